@@ -1,0 +1,61 @@
+# Two commands on a fresh machine: `make run` and `make test`. Both are idempotent.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The newest Python >= 3.11 on the machine.
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+	&& { echo $$p; break; }; done)
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help install run test lint format lock clean
+
+help:
+	@echo "make run    start the dashboard with a demo cluster on http://127.0.0.1:8000"
+	@echo "make test   run the test suite"
+	@echo "make lint   ruff check + format check"
+
+$(STAMP): requirements.txt requirements-dev.txt
+	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is required" >&2; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py createcachetable
+	$(BIN)/python manage.py ensure_demo_user
+	@echo "Dashboard: http://127.0.0.1:$${DASHBOARD_PORT:-8000}  (Ctrl-C stops everything)"
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start -f Procfile
+
+test: install
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+# Re-pin requirements*.txt from pyproject.toml in throw-away virtualenvs.
+lock:
+	rm -rf /tmp/lock-rt /tmp/lock-dev
+	$(PYTHON) -m venv /tmp/lock-rt && /tmp/lock-rt/bin/pip install --quiet .
+	$(PYTHON) -m venv /tmp/lock-dev && /tmp/lock-dev/bin/pip install --quiet '.[dev]'
+	{ echo "# Runtime dependencies, pinned. Regenerate with: make lock"; \
+	  /tmp/lock-rt/bin/pip freeze --exclude lease-dashboard; } > requirements.txt
+	{ echo "# Development and test dependencies, pinned. Regenerate with: make lock"; \
+	  echo "-r requirements.txt"; \
+	  comm -23 <(/tmp/lock-dev/bin/pip freeze --exclude lease-dashboard | sort) \
+	           <(/tmp/lock-rt/bin/pip freeze --exclude lease-dashboard | sort); } > requirements-dev.txt
+
+clean:
+	rm -rf $(VENV) var staticfiles .pytest_cache

@@ -1,0 +1,14 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class DashboardConfig(AppConfig):
+    name = "dashboard"
+    verbose_name = "Dashboard"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from dashboard.services import ensure_operators_group
+
+        # After every migrate, so the group also exists on a database created by tests.
+        post_migrate.connect(ensure_operators_group, sender=self)

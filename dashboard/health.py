@@ -1,0 +1,91 @@
+"""Readiness checks: can this process reach the database, the broker and the lock cache?
+
+Each check answers in a few seconds at most and says what is wrong in words, without URLs
+or credentials, because /readyz is served without a login.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.core.cache import caches
+from django.db import DatabaseError, connections
+from kombu import Connection
+
+BROKER_TIMEOUT_SECONDS = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str
+    seconds: float
+
+
+def _describe(exc: BaseException) -> str:
+    # The first line of the driver's message says what failed (refused, timeout, auth);
+    # URLs are not part of these messages, but passwords could be, so cut at "password".
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if "password" in message.lower():
+        message = "authentication failed"
+    return f"{type(exc).__name__}: {message}"[:300]
+
+
+def check_database() -> CheckResult:
+    started = time.monotonic()
+    try:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except DatabaseError as exc:
+        connections["default"].close()  # a broken connection must not be reused
+        return CheckResult("database", False, f"database unreachable: {_describe(exc)}", time.monotonic() - started)
+    return CheckResult("database", True, "ok", time.monotonic() - started)
+
+
+def check_broker() -> CheckResult:
+    started = time.monotonic()
+    if settings.CELERY_BROKER_URL.startswith("filesystem"):
+        folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_out"])
+        ok = folder.is_dir() and _is_writable(folder)
+        detail = "ok" if ok else "broker folder is missing or not writable"
+        return CheckResult("broker", ok, detail, time.monotonic() - started)
+    try:
+        with Connection(
+            settings.CELERY_BROKER_URL,
+            connect_timeout=BROKER_TIMEOUT_SECONDS,
+            transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS,
+        ) as connection:
+            connection.ensure_connection(max_retries=1, interval_start=0, timeout=BROKER_TIMEOUT_SECONDS)
+    except Exception as exc:  # kombu wraps every transport's own error types
+        return CheckResult("broker", False, f"broker unreachable: {_describe(exc)}", time.monotonic() - started)
+    return CheckResult("broker", True, "ok", time.monotonic() - started)
+
+
+def check_lock_cache() -> CheckResult:
+    started = time.monotonic()
+    try:
+        cache = caches["locks"]
+        cache.set("readyz", "1", timeout=5)
+        ok = cache.get("readyz") == "1"
+    except Exception as exc:  # Redis and database cache backends raise their own errors
+        return CheckResult("locks", False, f"lock store unreachable: {_describe(exc)}", time.monotonic() - started)
+    return CheckResult("locks", ok, "ok" if ok else "lock store did not keep a value", time.monotonic() - started)
+
+
+def _is_writable(folder: Path) -> bool:
+    probe = folder / ".readyz"
+    try:
+        probe.write_text("1")
+        probe.unlink()
+    except OSError:
+        return False
+    return True
+
+
+def run_readiness_checks() -> list[CheckResult]:
+    return [check_database(), check_broker(), check_lock_cache()]

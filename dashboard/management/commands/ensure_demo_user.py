@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand, CommandParser
+
+from dashboard.services import OPERATORS_GROUP
+
+
+class Command(BaseCommand):
+    help = (
+        "Create a demo login (staff, in the operators group) when the database has no user "
+        "yet, and print its password once. Does nothing otherwise; refuses in production."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--username", default="demo")
+
+    def handle(self, *args: Any, username: str, **options: Any) -> None:
+        if settings.PRODUCTION:
+            self.stderr.write("Not creating a demo user in production.")
+            return
+        user_model = get_user_model()
+        if user_model.objects.exists():
+            return
+        password = secrets.token_urlsafe(12)
+        user = user_model.objects.create_superuser(username=username, email="", password=password)
+        user.groups.add(Group.objects.get(name=OPERATORS_GROUP))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\n  Demo login created. User: {username}   Password: {password}\n"
+                "  It is shown only this once; change it with "
+                f"`python manage.py changepassword {username}`.\n"
+            )
+        )

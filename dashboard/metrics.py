@@ -1,0 +1,74 @@
+"""Prometheus metrics, computed from the database at scrape time.
+
+Watchers and pollers run in other processes (Celery workers), so their counters are kept on
+their database rows and read here; the web process exports one consistent view no matter
+which replica is scraped. Apps add their own collectors with `register_collector`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
+
+from django.conf import settings
+from django.http import HttpRequest
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from dashboard.services import worker_status
+
+REGISTRY = CollectorRegistry(auto_describe=False)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+
+
+def _dashboard_version() -> str:
+    try:
+        return version("lease-dashboard")
+    except PackageNotFoundError:
+        return "source"
+
+
+class DashboardCollector(Collector):
+    def collect(self) -> Iterable[Metric]:
+        yield InfoMetricFamily(
+            "dashboard_build", "Build of the dashboard.", value={"version": _dashboard_version()}
+        )
+        age = GaugeMetricFamily(
+            "dashboard_worker_heartbeat_age_seconds",
+            "Seconds since a worker of the queue last ran a heartbeat task (-1: never).",
+            labels=["queue"],
+        )
+        for queue in worker_status():
+            seconds = queue["age_seconds"]
+            age.add_metric([queue["queue"]], -1.0 if seconds is None else seconds)
+        yield age
+
+
+def register_collector(collector: Collector) -> None:
+    REGISTRY.register(collector)
+
+
+register_collector(DashboardCollector())
+
+
+def render_metrics() -> bytes:
+    return generate_latest(REGISTRY)
+
+
+def metrics_access_allowed(request: HttpRequest) -> bool:
+    """A matching bearer token, or a client address inside METRICS_ALLOWED_IPS."""
+    header = request.headers.get("Authorization", "")
+    if settings.METRICS_TOKEN and header.startswith("Bearer "):
+        return hmac.compare_digest(header.removeprefix("Bearer ").strip(), settings.METRICS_TOKEN)
+    try:
+        client = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(
+        client in ipaddress.ip_network(network, strict=False)
+        for network in settings.METRICS_ALLOWED_IPS
+    )

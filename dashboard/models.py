@@ -1,0 +1,85 @@
+"""The dashboard's own records: API tokens, worker heartbeats and the operator permission."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+API_TOKEN_PREFIX = "ldb_"
+
+
+def hash_api_token(token: str) -> str:
+    # Tokens are 256 random bits, so a fast hash is enough: nothing to brute-force.
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ClusterActions(models.Model):
+    """Holds the permission for actions that change clusters; has no table of its own."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [
+            ("change_clusters", "Can take actions that change clusters (resize, add sources)"),
+        ]
+
+
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+    def active(self) -> ApiTokenQuerySet:
+        return self.filter(revoked_at__isnull=True, user__is_active=True)
+
+
+class ApiToken(models.Model):
+    """A per-user bearer token for the read-only JSON API. Only its hash is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True, help_text="What the token is for.")
+    prefix = models.CharField(max_length=12, help_text="The token's first characters, to recognise it.")
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+    @classmethod
+    def issue(cls, user: models.Model, name: str = "") -> tuple[ApiToken, str]:
+        """Create a token; the plain text is returned once and never stored."""
+        plain = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            user=user, name=name, prefix=plain[:10], token_hash=hash_api_token(plain)
+        )
+        return token, plain
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])
+
+
+class WorkerHeartbeat(models.Model):
+    """When a worker of each queue last ran a task: silent workers must show, not hide."""
+
+    queue = models.CharField(max_length=50, unique=True)
+    seen_at = models.DateTimeField()
+    worker = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.queue} at {self.seen_at:%Y-%m-%d %H:%M:%S}"
+
+    def age_seconds(self, now: timezone.datetime | None = None) -> float:
+        return ((now or timezone.now()) - self.seen_at).total_seconds()

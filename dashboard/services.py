@@ -1,0 +1,76 @@
+"""Domain functions of the dashboard app: groups, API tokens, worker heartbeats."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, Group, Permission
+from django.db import transaction
+from django.utils import timezone
+
+from dashboard.models import ApiToken, WorkerHeartbeat, hash_api_token
+
+OPERATORS_GROUP = "operators"
+OPERATOR_PERMISSIONS = (("dashboard", "change_clusters"),)
+# How often a token's last use is written: every request would turn reads into writes.
+TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
+# Beat sends a heartbeat every 15 s; a worker is called silent after missing a few.
+WORKER_SILENT_AFTER = timedelta(seconds=60)
+
+
+def ensure_operators_group(**_: Any) -> None:
+    """Create the `operators` group with the permissions for actions that change clusters."""
+    group, _created = Group.objects.get_or_create(name=OPERATORS_GROUP)
+    for app_label, codename in OPERATOR_PERMISSIONS:
+        permission = Permission.objects.filter(
+            content_type__app_label=app_label, codename=codename
+        ).first()
+        if permission is not None:
+            group.permissions.add(permission)
+
+
+def can_change_clusters(user: AbstractBaseUser) -> bool:
+    return user.has_perm("dashboard.change_clusters")
+
+
+def authenticate_api_token(plain: str) -> ApiToken | None:
+    """The active token for this plain text, or None; records when it was last used."""
+    token = (
+        ApiToken.objects.active()
+        .select_related("user")
+        .filter(token_hash=hash_api_token(plain))
+        .first()
+    )
+    if token is None:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > TOKEN_LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
+@transaction.atomic
+def record_worker_heartbeat(queue: str, worker: str) -> WorkerHeartbeat:
+    heartbeat, _ = WorkerHeartbeat.objects.update_or_create(
+        queue=queue, defaults={"seen_at": timezone.now(), "worker": worker[:200]}
+    )
+    return heartbeat
+
+
+def worker_status(queues: tuple[str, ...] = ("default", "watch")) -> list[dict[str, Any]]:
+    """Per queue: when a worker last ran a task, and whether that is too long ago."""
+    seen = {beat.queue: beat for beat in WorkerHeartbeat.objects.filter(queue__in=queues)}
+    now = timezone.now()
+    status = []
+    for queue in queues:
+        beat = seen.get(queue)
+        status.append(
+            {
+                "queue": queue,
+                "seen_at": beat.seen_at if beat else None,
+                "age_seconds": beat.age_seconds(now) if beat else None,
+                "silent": beat is None or now - beat.seen_at > WORKER_SILENT_AFTER,
+            }
+        )
+    return status

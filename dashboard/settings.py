@@ -1,0 +1,322 @@
+"""Settings, all read from the environment (see the README's configuration table).
+
+Defaults run on a fresh machine: SQLite and kombu's filesystem broker under ``var/``, no
+Redis. ``DATABASE_URL``, ``REDIS_URL`` and ``EMAIL_URL`` switch to real services. With
+``DJANGO_ENV=production`` nothing insecure is defaulted: a missing secret stops start-up.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import zoneinfo
+from pathlib import Path
+
+import dj_database_url
+import dj_email_url
+
+from dashboard.env import (
+    BadEnvironment,
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_optional,
+    env_str,
+    env_url,
+    redact_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("DASHBOARD_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+
+DJANGO_ENV = env_choice("DJANGO_ENV", "development", ("development", "production"))
+PRODUCTION = DJANGO_ENV == "production"
+
+if not PRODUCTION:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _development_secret_key() -> str:
+    # Generated once and kept, so sessions survive restarts of `make run`.
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50), encoding="utf-8")
+        path.chmod(0o600)
+    return path.read_text(encoding="utf-8").strip()
+
+
+if PRODUCTION:
+    SECRET_KEY = env_str("SECRET_KEY")
+    if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
+        raise BadEnvironment("SECRET_KEY is too short or too simple; use at least 50 random characters.")
+else:
+    SECRET_KEY = env_optional("SECRET_KEY") or _development_secret_key()
+
+DEBUG = env_bool("DEBUG", default=not PRODUCTION)
+
+ALLOWED_HOSTS = env_list(
+    "ALLOWED_HOSTS", None if PRODUCTION else ["127.0.0.1", "localhost", "[::1]"]
+)
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise BadEnvironment("ALLOWED_HOSTS is required in production (comma-separated host names).")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not _origin.startswith(("http://", "https://")):
+        raise BadEnvironment(f"CSRF_TRUSTED_ORIGINS entry {_origin!r} must start with https:// or http://.")
+
+DASHBOARD_URL = env_url(
+    "DASHBOARD_URL", schemes=("http", "https"), default="http://127.0.0.1:8000"
+).rstrip("/")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "dashboard",
+    "leases",
+    "nks",
+    "alerts",
+]
+
+MIDDLEWARE = [
+    # Answers /healthz, /readyz and /metrics before host validation and HTTPS redirects:
+    # kubelet probes and Prometheus address pods by IP over plain HTTP.
+    "dashboard.middleware.ProbeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Every page needs a login unless its view says otherwise (login page, token API).
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "dashboard.urls"
+WSGI_APPLICATION = "dashboard.wsgi.application"
+ASGI_APPLICATION = "dashboard.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "dashboard.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+_database_url = env_url(
+    "DATABASE_URL",
+    schemes=("postgres", "postgresql", "pgsql", "sqlite"),
+    default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}",
+)
+try:
+    _database = dj_database_url.parse(
+        _database_url,
+        conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+        conn_health_checks=True,
+    )
+except ValueError as exc:
+    raise BadEnvironment(f"DATABASE_URL={redact_url(_database_url)!r} is invalid: {exc}") from None
+if _database["ENGINE"] == "django.db.backends.sqlite3":
+    # Web, workers and beat share one file: WAL lets readers run beside the single writer,
+    # and IMMEDIATE transactions make writers queue on the busy timeout instead of failing.
+    _database["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    _database["CONN_MAX_AGE"] = 0
+else:
+    _database.setdefault("OPTIONS", {})["connect_timeout"] = env_int(
+        "DB_CONNECT_TIMEOUT", 5, minimum=1
+    )
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: broker, cache and locks -----------------------------------------------------------
+REDIS_URL = env_url("REDIS_URL", schemes=("redis", "rediss", "unix"))
+CACHE_KEY_PREFIX = env_str("CACHE_KEY_PREFIX", "dashboard")
+
+if REDIS_URL:
+    _cache_backend: dict[str, object] = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "OPTIONS": {"socket_connect_timeout": 3, "socket_timeout": 5},
+    }
+else:
+    # The embedded default: locks must be shared between web, workers and beat, which are
+    # separate processes, so a per-process memory cache would not do.
+    _cache_backend = {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "dashboard_cache",
+    }
+CACHES = {
+    "default": {**_cache_backend, "KEY_PREFIX": f"{CACHE_KEY_PREFIX}:cache"},
+    "locks": {**_cache_backend, "KEY_PREFIX": f"{CACHE_KEY_PREFIX}:lock", "TIMEOUT": 30},
+}
+
+BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+if REDIS_URL:
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        # Longer than any acks_late task may run, so an unacknowledged task is not
+        # redelivered to a second worker while the first still works on it.
+        "visibility_timeout": 3600,
+        "socket_connect_timeout": 3,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "control_folder": str(BROKER_DIR / "control"),
+        "store_processed": False,
+    }
+    if not PRODUCTION:
+        for _folder in ("queue", "control"):
+            (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = False  # opted into per task, only where the task is idempotent
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- Mail -----------------------------------------------------------------------------------
+_email_url = env_url(
+    "EMAIL_URL",
+    schemes=("smtp", "smtps", "submission", "submit", "console", "dummy", "memory"),
+    default="console://",
+)
+try:
+    _email = dj_email_url.parse(_email_url)
+except Exception as exc:  # dj-email-url raises bare exceptions on odd URLs
+    raise BadEnvironment(f"EMAIL_URL={redact_url(_email_url)!r} is invalid: {exc}") from None
+if _email_url.startswith("memory"):
+    _email["EMAIL_BACKEND"] = "django.core.mail.backends.locmem.EmailBackend"
+EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+EMAIL_HOST = _email.get("EMAIL_HOST") or "localhost"
+EMAIL_PORT = _email.get("EMAIL_PORT") or 25
+EMAIL_HOST_USER = _email.get("EMAIL_HOST_USER") or ""
+EMAIL_HOST_PASSWORD = _email.get("EMAIL_HOST_PASSWORD") or ""
+EMAIL_USE_TLS = bool(_email.get("EMAIL_USE_TLS"))
+EMAIL_USE_SSL = bool(_email.get("EMAIL_USE_SSL"))
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Lease dashboard <lease-dashboard@localhost>")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
+
+# --- Time -----------------------------------------------------------------------------------
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+try:
+    zoneinfo.ZoneInfo(TIME_ZONE)
+except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    raise BadEnvironment(f"TIME_ZONE={TIME_ZONE!r} is not a known time zone (e.g. UTC, Asia/Seoul).") from None
+USE_TZ = True  # stored in UTC, shown in TIME_ZONE
+USE_I18N = False
+LANGUAGE_CODE = "en-us"
+
+# --- Auth -----------------------------------------------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "overview"
+LOGOUT_REDIRECT_URL = "login"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+# --- Metrics --------------------------------------------------------------------------------
+METRICS_TOKEN = env_optional("METRICS_TOKEN")
+METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", ["127.0.0.1/32", "::1/128"])
+for _network in METRICS_ALLOWED_IPS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise BadEnvironment(
+            f"METRICS_ALLOWED_IPS entry {_network!r} is not an IP address or network."
+        ) from None
+
+# --- Static files ---------------------------------------------------------------------------
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+if not PRODUCTION:
+    # Serve straight from the source folders; nothing to collect while developing.
+    WHITENOISE_USE_FINDERS = True
+    WHITENOISE_AUTOREFRESH = True
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if PRODUCTION
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+
+# --- Security -------------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+    if env_bool("SECURE_PROXY_SSL_HEADER", True):
+        # Behind an ingress or load balancer that terminates TLS and sets X-Forwarded-Proto.
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    if not SECURE_HSTS_PRELOAD:
+        # Submitting a domain to browsers' HSTS preload lists is an operator's decision
+        # for the whole domain, not something a dashboard should presume.
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
+    if REDIS_URL is None or _database["ENGINE"] == "django.db.backends.sqlite3":
+        raise BadEnvironment(
+            "Production needs DATABASE_URL (PostgreSQL) and REDIS_URL: SQLite and the "
+            "filesystem broker cannot be shared between pods."
+        )
+
+# --- Logging --------------------------------------------------------------------------------
+LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        # Request bodies and headers may carry tokens; keep Django's request log terse.
+        "django.request": {"level": "ERROR"},
+        "kubernetes": {"level": "WARNING"},
+        "urllib3": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+    },
+}

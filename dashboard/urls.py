@@ -1,0 +1,22 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from dashboard import views
+
+api_v1 = [
+    path("me", views.api_me, name="me"),
+]
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("leases/", include("leases.urls")),
+    path("clusters/", include("nks.urls")),
+    path("alerts/", include("alerts.urls")),
+    path("api/v1/", include((api_v1, "api"))),
+]
+
+handler500 = "dashboard.views.server_error"

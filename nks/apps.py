@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class NksConfig(AppConfig):
+    name = "nks"
+    verbose_name = "NKS clusters"
