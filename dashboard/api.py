@@ -22,7 +22,9 @@ from dashboard.services import authenticate_api_token
 View = Callable[..., HttpResponse]
 
 
-def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
+def json_response(
+    data: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> HttpResponse:
     body = orjson.dumps(data, option=orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z)
     response = HttpResponse(body, status=status, content_type="application/json", headers=headers)
     response["Cache-Control"] = "no-store"
@@ -53,7 +55,9 @@ def api_view(methods: tuple[str, ...] = ("GET", "HEAD")) -> Callable[[View], Vie
                 request.user = token.user
                 request.api_token = token  # type: ignore[attr-defined]
             elif not request.user.is_authenticated:
-                return json_error("authentication required: send Authorization: Bearer <token>", 401)
+                return json_error(
+                    "authentication required: send Authorization: Bearer <token>", 401
+                )
             elif request.method not in ("GET", "HEAD", "OPTIONS"):
                 # A session (cookie) may only write with a CSRF token, like any form.
                 from django.middleware.csrf import CsrfViewMiddleware

@@ -38,7 +38,9 @@ def _raw(name: str, environ: Mapping[str, str]) -> str | None:
         ) from None
 
 
-def env_str(name: str, default: str | None = None, *, environ: Mapping[str, str] = os.environ) -> str:
+def env_str(
+    name: str, default: str | None = None, *, environ: Mapping[str, str] = os.environ
+) -> str:
     value = _raw(name, environ)
     if value is None or value == "":
         if default is None:

@@ -43,7 +43,9 @@ def check_database() -> CheckResult:
             cursor.fetchone()
     except DatabaseError as exc:
         connections["default"].close()  # a broken connection must not be reused
-        return CheckResult("database", False, f"database unreachable: {_describe(exc)}", time.monotonic() - started)
+        return CheckResult(
+            "database", False, f"database unreachable: {_describe(exc)}", time.monotonic() - started
+        )
     return CheckResult("database", True, "ok", time.monotonic() - started)
 
 
@@ -60,9 +62,13 @@ def check_broker() -> CheckResult:
             connect_timeout=BROKER_TIMEOUT_SECONDS,
             transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS,
         ) as connection:
-            connection.ensure_connection(max_retries=1, interval_start=0, timeout=BROKER_TIMEOUT_SECONDS)
+            connection.ensure_connection(
+                max_retries=1, interval_start=0, timeout=BROKER_TIMEOUT_SECONDS
+            )
     except Exception as exc:  # kombu wraps every transport's own error types
-        return CheckResult("broker", False, f"broker unreachable: {_describe(exc)}", time.monotonic() - started)
+        return CheckResult(
+            "broker", False, f"broker unreachable: {_describe(exc)}", time.monotonic() - started
+        )
     return CheckResult("broker", True, "ok", time.monotonic() - started)
 
 
@@ -73,8 +79,12 @@ def check_lock_cache() -> CheckResult:
         cache.set("readyz", "1", timeout=5)
         ok = cache.get("readyz") == "1"
     except Exception as exc:  # Redis and database cache backends raise their own errors
-        return CheckResult("locks", False, f"lock store unreachable: {_describe(exc)}", time.monotonic() - started)
-    return CheckResult("locks", ok, "ok" if ok else "lock store did not keep a value", time.monotonic() - started)
+        return CheckResult(
+            "locks", False, f"lock store unreachable: {_describe(exc)}", time.monotonic() - started
+        )
+    return CheckResult(
+        "locks", ok, "ok" if ok else "lock store did not keep a value", time.monotonic() - started
+    )
 
 
 def _is_writable(folder: Path) -> bool:

@@ -23,7 +23,11 @@ def readyz(request: HttpRequest) -> HttpResponse:
     body = {
         "status": "ok" if ready else "unavailable",
         "checks": {
-            check.name: {"ok": check.ok, "detail": check.detail, "ms": round(check.seconds * 1000, 1)}
+            check.name: {
+                "ok": check.ok,
+                "detail": check.detail,
+                "ms": round(check.seconds * 1000, 1),
+            }
             for check in checks
         },
     }

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-API_TOKEN_PREFIX = "ldb_"
+API_TOKEN_PREFIX = "ldb_"  # noqa: S105 - a public marker that makes leaked tokens greppable
 
 
 def hash_api_token(token: str) -> str:
@@ -27,6 +27,9 @@ class ClusterActions(models.Model):
             ("change_clusters", "Can take actions that change clusters (resize, add sources)"),
         ]
 
+    def __str__(self) -> str:
+        return "cluster actions"
+
 
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
     def active(self) -> ApiTokenQuerySet:
@@ -36,9 +39,13 @@ class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
 class ApiToken(models.Model):
     """A per-user bearer token for the read-only JSON API. Only its hash is stored."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
     name = models.CharField(max_length=100, blank=True, help_text="What the token is for.")
-    prefix = models.CharField(max_length=12, help_text="The token's first characters, to recognise it.")
+    prefix = models.CharField(
+        max_length=12, help_text="The token's first characters, to recognise it."
+    )
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)

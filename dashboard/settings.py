@@ -49,7 +49,9 @@ def _development_secret_key() -> str:
 if PRODUCTION:
     SECRET_KEY = env_str("SECRET_KEY")
     if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
-        raise BadEnvironment("SECRET_KEY is too short or too simple; use at least 50 random characters.")
+        raise BadEnvironment(
+            "SECRET_KEY is too short or too simple; use at least 50 random characters."
+        )
 else:
     SECRET_KEY = env_optional("SECRET_KEY") or _development_secret_key()
 
@@ -63,7 +65,9 @@ if PRODUCTION and not ALLOWED_HOSTS:
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 for _origin in CSRF_TRUSTED_ORIGINS:
     if not _origin.startswith(("http://", "https://")):
-        raise BadEnvironment(f"CSRF_TRUSTED_ORIGINS entry {_origin!r} must start with https:// or http://.")
+        raise BadEnvironment(
+            f"CSRF_TRUSTED_ORIGINS entry {_origin!r} must start with https:// or http://."
+        )
 
 DASHBOARD_URL = env_url(
     "DASHBOARD_URL", schemes=("http", "https"), default="http://127.0.0.1:8000"
@@ -231,7 +235,9 @@ TIME_ZONE = env_str("TIME_ZONE", "UTC")
 try:
     zoneinfo.ZoneInfo(TIME_ZONE)
 except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-    raise BadEnvironment(f"TIME_ZONE={TIME_ZONE!r} is not a known time zone (e.g. UTC, Asia/Seoul).") from None
+    raise BadEnvironment(
+        f"TIME_ZONE={TIME_ZONE!r} is not a known time zone (e.g. UTC, Asia/Seoul)."
+    ) from None
 USE_TZ = True  # stored in UTC, shown in TIME_ZONE
 USE_I18N = False
 LANGUAGE_CODE = "en-us"

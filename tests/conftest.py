@@ -52,7 +52,8 @@ def postgres_database() -> None:
 def chromium_path() -> str:
     if not Path(CHROMIUM).exists():
         skip_or_fail(
-            f"needs Chromium at {CHROMIUM} (apt-get install -y chromium)", required_by="REQUIRE_TOOLS"
+            f"needs Chromium at {CHROMIUM} (apt-get install -y chromium)",
+            required_by="REQUIRE_TOOLS",
         )
     return CHROMIUM
 
@@ -61,7 +62,9 @@ def chromium_path() -> str:
 def docker_compose() -> list[str]:
     if shutil.which("docker-compose"):
         return ["docker-compose"]
-    skip_or_fail("needs docker-compose (apt-get install -y docker-compose)", required_by="REQUIRE_TOOLS")
+    skip_or_fail(
+        "needs docker-compose (apt-get install -y docker-compose)", required_by="REQUIRE_TOOLS"
+    )
     return []
 
 

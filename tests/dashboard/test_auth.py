@@ -44,7 +44,7 @@ def test_logging_in_shows_the_shell_with_its_navigation(client: Client, engineer
     for label in ("Overview", "Leases", "Clusters", "Alerts"):
         assert f">{label}</a>" in html
     assert 'aria-current="page">Overview' in html
-    assert "hx-headers='{\"X-CSRFToken\": \"" in html
+    assert 'hx-headers=\'{"X-CSRFToken": "' in html
     assert "/static/django-htmx/" in html or "htmx" in html
 
 
@@ -123,9 +123,12 @@ def test_wrong_and_revoked_tokens_get_the_same_generic_401(client: Client, engin
     wrong = client.get("/api/v1/me", HTTP_AUTHORIZATION="Bearer ldb_not-a-real-token")
     malformed = client.get("/api/v1/me", HTTP_AUTHORIZATION="Basic ZXJpbjpwYXNz")
     assert revoked.status_code == wrong.status_code == malformed.status_code == 401
-    assert revoked.json() == wrong.json() == malformed.json() == {
-        "error": "invalid or missing API token"
-    }
+    assert (
+        revoked.json()
+        == wrong.json()
+        == malformed.json()
+        == {"error": "invalid or missing API token"}
+    )
 
 
 def test_token_of_an_inactive_user_is_refused(client: Client, engineer) -> None:  # type: ignore[no-untyped-def]

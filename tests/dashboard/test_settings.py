@@ -71,7 +71,9 @@ def test_url_reader_rejects_wrong_scheme_without_echoing_the_password() -> None:
 
 
 def test_redact_url_hides_only_the_password() -> None:
-    assert redact_url("smtp://mailer:s3cret@mail.example:587") == "smtp://mailer:***@mail.example:587"
+    assert (
+        redact_url("smtp://mailer:s3cret@mail.example:587") == "smtp://mailer:***@mail.example:587"
+    )
     assert redact_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
 
 
@@ -82,14 +84,20 @@ def test_redact_url_hides_only_the_password() -> None:
         ("DATABASE_URL", "mysql://root:pw@db/x", "DATABASE_URL must start with"),
         ("REDIS_URL", "http://127.0.0.1:6379", "REDIS_URL must start with"),
         ("EMAIL_URL", "smtp://user:topsecret@:notaport", "EMAIL_URL"),
-        ("TIME_ZONE", "Mars/Olympus_Mons", "TIME_ZONE='Mars/Olympus_Mons' is not a known time zone"),
+        (
+            "TIME_ZONE",
+            "Mars/Olympus_Mons",
+            "TIME_ZONE='Mars/Olympus_Mons' is not a known time zone",
+        ),
         ("DJANGO_ENV", "staging", "DJANGO_ENV='staging' is not one of"),
         ("DB_CONN_MAX_AGE", "-1", "DB_CONN_MAX_AGE=-1 is below the minimum"),
         ("METRICS_ALLOWED_IPS", "10.0.0.0/99", "METRICS_ALLOWED_IPS"),
         ("CSRF_TRUSTED_ORIGINS", "dashboard.example.org", "CSRF_TRUSTED_ORIGINS entry"),
     ],
 )
-def test_bad_value_stops_start_up_naming_the_variable(variable: str, value: str, message: str) -> None:
+def test_bad_value_stops_start_up_naming_the_variable(
+    variable: str, value: str, message: str
+) -> None:
     result = run_django("", env={variable: value})
     assert result.returncode != 0
     assert message in result.stderr
