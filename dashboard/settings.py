@@ -179,7 +179,7 @@ CACHES = {
 }
 
 BROKER_DIR = VAR_DIR / "broker"
-CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost//"
 if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
         # Longer than any acks_late task may run, so an unacknowledged task is not

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from celery.contrib.testing.worker import start_worker
+from django.db import connections
 
 from dashboard.celery import app
 from dashboard.models import WorkerHeartbeat
@@ -63,8 +64,26 @@ def _reset_connection_pool() -> None:
         app._pool = None
 
 
+@pytest.fixture
+def worker_closes_its_connections() -> Iterator[None]:
+    """Let the worker thread drop its connection after each task, as with CONN_MAX_AGE=0.
+
+    Otherwise the thread's PostgreSQL session outlives the test and blocks the teardown
+    of the test database.
+    """
+    database = connections.settings["default"]
+    saved = database["CONN_MAX_AGE"]
+    database["CONN_MAX_AGE"] = 0
+    try:
+        yield
+    finally:
+        database["CONN_MAX_AGE"] = saved
+
+
 @pytest.mark.django_db(transaction=True)
-def test_heartbeat_task_travels_through_the_real_broker_to_a_worker(isolated_broker: None) -> None:
+def test_heartbeat_task_travels_through_the_real_broker_to_a_worker(
+    isolated_broker: None, worker_closes_its_connections: None
+) -> None:
     with start_worker(
         app, pool="solo", perform_ping_check=False, queues=["default"], loglevel="WARNING"
     ):

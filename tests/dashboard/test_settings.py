@@ -174,6 +174,6 @@ def test_embedded_default_uses_sqlite_filesystem_broker_and_database_cache() -> 
     assert result.stdout.split() == [
         "django.db.backends.sqlite3",
         "django.core.cache.backends.db.DatabaseCache",
-        "filesystem://",
+        "filesystem://localhost//",
         "django.core.mail.backends.console.EmailBackend",
     ]
