@@ -21,6 +21,12 @@ app.conf.task_routes = {
 }
 # The schedule lives in code, beside the tasks it names, so a deploy cannot drift from it.
 app.conf.beat_schedule = {
+    # A dead watcher's lock expires within its TTL (20 s); this restarts it right after.
+    "ensure-lease-watchers": {
+        "task": "leases.tasks.ensure_watchers",
+        "schedule": 5.0,
+        "options": {"queue": "default", "expires": 5.0},
+    },
     "heartbeat-default-queue": {
         "task": "dashboard.tasks.record_worker_heartbeat",
         "schedule": 15.0,

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from leases import kube
+from leases.models import KubeCluster, Lease, LeaseCandidate, LeaseTransition
+
+
+class KubeClusterForm(forms.ModelForm):
+    """The kubeconfig is write-only: never rendered back, kept when left empty."""
+
+    kubeconfig = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 8, "autocomplete": "off", "spellcheck": "false"}),
+        help_text="Paste a kubeconfig to set or replace it. It is stored as a secret and never "
+        "shown again; leave empty to keep the current one.",
+    )
+
+    class Meta:
+        model = KubeCluster
+        fields = ["name", "enabled", "source", "kubeconfig", "context"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.initial["kubeconfig"] = ""
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        source = data.get("source")
+        text = data.get("kubeconfig") or ""
+        if source == KubeCluster.Source.KUBECONFIG:
+            if not text and not (self.instance.pk and self.instance.kubeconfig):
+                self.add_error("kubeconfig", "A kubeconfig is required for this source.")
+            elif text:
+                try:
+                    kube.parse_kubeconfig(text, data.get("context") or "")
+                except kube.KubeError as error:
+                    self.add_error("kubeconfig", error.message)
+        return data
+
+    def save(self, commit: bool = True) -> KubeCluster:
+        cluster = super().save(commit=False)
+        text = self.cleaned_data.get("kubeconfig") or ""
+        if cluster.source == KubeCluster.Source.IN_CLUSTER:
+            cluster.kubeconfig = ""
+        elif not text and cluster.pk:
+            cluster.kubeconfig = KubeCluster.objects.get(pk=cluster.pk).kubeconfig
+        if commit:
+            cluster.save()
+        return cluster
+
+
+@admin.register(KubeCluster)
+class KubeClusterAdmin(admin.ModelAdmin):
+    form = KubeClusterForm
+    list_display = ("name", "enabled", "source", "connected", "last_event_at", "last_error")
+    list_filter = ("enabled", "source", "connected")
+    search_fields = ("name",)
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: KubeCluster | None = None
+    ) -> list[str]:
+        return [
+            "watcher_id",
+            "connected",
+            "connected_since",
+            "last_event_at",
+            "last_flush_at",
+            "last_list_at",
+            "resource_version",
+            "events_per_second",
+            "events_total",
+            "reconnects_total",
+            "relists_total",
+            "lag_seconds",
+            "last_error",
+            "last_error_at",
+            "candidates_api",
+        ]
+
+    def get_fields(self, request: HttpRequest, obj: KubeCluster | None = None) -> list[str]:
+        return [
+            "name",
+            "enabled",
+            "source",
+            "kubeconfig",
+            "context",
+            *self.get_readonly_fields(request, obj),
+        ]
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Observed data: the API server owns it, so admin only shows it."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Lease)
+class LeaseAdmin(ReadOnlyAdmin):
+    list_display = (
+        "namespace",
+        "name",
+        "cluster",
+        "lease_class",
+        "holder",
+        "renew_time",
+        "deleted_at",
+    )
+    list_filter = ("cluster", "lease_class")
+    search_fields = ("namespace", "name", "holder")
+    list_select_related = ("cluster",)
+
+
+@admin.register(LeaseTransition)
+class LeaseTransitionAdmin(ReadOnlyAdmin):
+    list_display = ("lease", "from_holder", "to_holder", "observed_at", "missed")
+    list_select_related = ("lease",)
+
+
+@admin.register(LeaseCandidate)
+class LeaseCandidateAdmin(ReadOnlyAdmin):
+    list_display = ("namespace", "name", "lease_name", "cluster", "binary_version", "renew_time")
+    list_filter = ("cluster",)

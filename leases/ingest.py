@@ -1,0 +1,360 @@
+"""Turn a stream of Lease observations into database rows, in batches.
+
+Renewals are the hot path (every node renews every ~10 s), so observations are coalesced
+per lease in memory and written by `flush()` in one bulk upsert per batch. Holder changes
+are detected as each event arrives, against the newest state seen, so coalescing never
+hides a transition. The reader thread calls `observe*()`; another thread calls `flush()`;
+a lock guards the hand-over, and the database work happens outside it.
+
+Restart safety: the in-memory "known" state starts from the database, and the database's
+holder is written in the same transaction as the transition rows. A watcher that dies
+before a flush loses nothing that a relist cannot rebuild, and a new watcher never writes a
+transition the old one already wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import DatabaseError, transaction
+from django.utils import timezone
+
+from leases.models import Lease, LeaseCandidate, LeaseTransition
+from leases.parse import CandidateObservation, LeaseObservation
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+UPSERT_BATCH_SIZE = 2000
+LEASE_UPDATE_FIELDS = [
+    "uid",
+    "lease_class",
+    "holder",
+    "acquire_time",
+    "renew_time",
+    "lease_duration_seconds",
+    "expires_at",
+    "lease_transitions",
+    "strategy",
+    "preferred_holder",
+    "labels",
+    "resource_version",
+    "created_at",
+    "observed_at",
+    "deleted_at",
+    "raw",
+]
+
+
+@dataclass(slots=True)
+class KnownLease:
+    holder: str
+    lease_transitions: int | None
+
+
+@dataclass(slots=True)
+class PendingTransition:
+    key: Key
+    from_holder: str
+    to_holder: str
+    observed_at: datetime
+    acquire_time: datetime | None
+    lease_transitions: int | None
+    missed: int
+
+
+@dataclass(slots=True)
+class FlushResult:
+    leases_written: int = 0
+    transitions_written: int = 0
+    deletions_written: int = 0
+    events: int = 0
+    # Worst delay from an event's arrival to its row being committed, in seconds.
+    lag_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class _Batch:
+    leases: dict[Key, LeaseObservation] = field(default_factory=dict)
+    received: dict[Key, float] = field(default_factory=dict)
+    deleted: dict[Key, float] = field(default_factory=dict)
+    transitions: list[PendingTransition] = field(default_factory=list)
+    events: int = 0
+
+    def is_empty(self) -> bool:
+        return not (self.leases or self.deleted or self.transitions)
+
+
+class LeaseIngestor:
+    def __init__(self, cluster_id: int) -> None:
+        self.cluster_id = cluster_id
+        self._lock = threading.Lock()
+        self._batch = _Batch()
+        self._known: dict[Key, KnownLease] = {}
+        self._lease_ids: dict[Key, int] = {}
+        self.load_known()
+
+    def load_known(self) -> None:
+        """Start from what the database holds, so a restarted watcher compares correctly."""
+        rows = Lease.objects.filter(
+            cluster_id=self.cluster_id, deleted_at__isnull=True
+        ).values_list("id", "namespace", "name", "holder", "lease_transitions")
+        with self._lock:
+            self._known = {}
+            for lease_id, namespace, name, holder, transitions in rows.iterator(chunk_size=5000):
+                self._known[(namespace, name)] = KnownLease(holder, transitions)
+                self._lease_ids[(namespace, name)] = lease_id
+
+    @property
+    def known_keys(self) -> set[Key]:
+        with self._lock:
+            return set(self._known)
+
+    def observe(self, observation: LeaseObservation, received: float | None = None) -> None:
+        received = time.monotonic() if received is None else received
+        key = observation.key
+        with self._lock:
+            batch = self._batch
+            batch.events += 1
+            previous = self._known.get(key)
+            if previous is not None:
+                transition = _transition_between(previous, observation)
+                if transition is not None:
+                    batch.transitions.append(transition)
+            self._known[key] = KnownLease(observation.holder, observation.lease_transitions)
+            batch.leases[key] = observation
+            batch.received.setdefault(key, received)
+            batch.deleted.pop(key, None)
+
+    def observe_deleted(self, key: Key, received: float | None = None) -> None:
+        received = time.monotonic() if received is None else received
+        with self._lock:
+            self._batch.events += 1
+            self._known.pop(key, None)
+            self._batch.leases.pop(key, None)
+            self._batch.received.pop(key, None)
+            self._batch.deleted.setdefault(key, received)
+
+    def reconcile(self, listed: set[Key]) -> int:
+        """After a (re)list: leases we know of that the list no longer has were deleted."""
+        gone = self.known_keys - listed
+        for key in gone:
+            self.observe_deleted(key)
+        return len(gone)
+
+    def count_event(self) -> None:
+        """An event that changed no row (a bookmark) still shows the stream is alive."""
+        with self._lock:
+            self._batch.events += 1
+
+    def flush(self) -> FlushResult:
+        with self._lock:
+            batch, self._batch = self._batch, _Batch()
+        if batch.is_empty():
+            return FlushResult(events=batch.events)
+        now = timezone.now()
+        try:
+            with transaction.atomic():
+                ids = self._upsert(batch.leases.values(), now)
+                transitions = self._write_transitions(batch.transitions, ids)
+                deletions = self._mark_deleted(batch.deleted, now)
+        except DatabaseError:
+            self._requeue(batch)
+            raise
+        oldest = min([*batch.received.values(), *batch.deleted.values()], default=time.monotonic())
+        return FlushResult(
+            leases_written=len(batch.leases),
+            transitions_written=transitions,
+            deletions_written=deletions,
+            events=batch.events,
+            lag_seconds=max(0.0, time.monotonic() - oldest),
+        )
+
+    def _upsert(self, observations: object, now: datetime) -> dict[Key, int]:
+        rows = [
+            Lease(
+                cluster_id=self.cluster_id,
+                namespace=obs.namespace,
+                name=obs.name,
+                uid=obs.uid,
+                lease_class=obs.lease_class,
+                holder=obs.holder,
+                acquire_time=obs.acquire_time,
+                renew_time=obs.renew_time,
+                lease_duration_seconds=obs.lease_duration_seconds,
+                expires_at=obs.expires_at,
+                lease_transitions=obs.lease_transitions,
+                strategy=obs.strategy,
+                preferred_holder=obs.preferred_holder,
+                labels=obs.labels,
+                resource_version=obs.resource_version,
+                created_at=obs.created_at,
+                observed_at=now,
+                deleted_at=None,
+                raw=obs.raw,
+            )
+            for obs in observations  # type: ignore[attr-defined]
+        ]
+        if not rows:
+            return {}
+        Lease.objects.bulk_create(
+            rows,
+            batch_size=UPSERT_BATCH_SIZE,
+            update_conflicts=True,
+            unique_fields=["cluster", "namespace", "name"],
+            update_fields=LEASE_UPDATE_FIELDS,
+        )
+        ids = {(row.namespace, row.name): row.pk for row in rows if row.pk is not None}
+        missing = [(row.namespace, row.name) for row in rows if row.pk is None]
+        if missing:
+            # Backends that cannot return ids from an upsert: look them up once.
+            ids.update(self._lookup_ids(missing))
+        with self._lock:
+            self._lease_ids.update(ids)
+        return ids
+
+    def _lookup_ids(self, keys: list[Key]) -> dict[Key, int]:
+        found: dict[Key, int] = {}
+        namespaces = {namespace for namespace, _ in keys}
+        wanted = set(keys)
+        for lease_id, namespace, name in Lease.objects.filter(
+            cluster_id=self.cluster_id, namespace__in=namespaces
+        ).values_list("id", "namespace", "name"):
+            if (namespace, name) in wanted:
+                found[(namespace, name)] = lease_id
+        return found
+
+    def _write_transitions(self, pending: list[PendingTransition], ids: dict[Key, int]) -> int:
+        if not pending:
+            return 0
+        with self._lock:
+            known_ids = dict(self._lease_ids)
+        rows = []
+        for transition in pending:
+            lease_id = ids.get(transition.key) or known_ids.get(transition.key)
+            if lease_id is None:
+                # Created, changed and deleted within one batch: no row ever existed.
+                continue
+            rows.append(
+                LeaseTransition(
+                    lease_id=lease_id,
+                    from_holder=transition.from_holder,
+                    to_holder=transition.to_holder,
+                    observed_at=transition.observed_at,
+                    acquire_time=transition.acquire_time,
+                    lease_transitions=transition.lease_transitions,
+                    missed=transition.missed,
+                )
+            )
+        LeaseTransition.objects.bulk_create(rows, batch_size=UPSERT_BATCH_SIZE)
+        return len(rows)
+
+    def _mark_deleted(self, deleted: dict[Key, float], now: datetime) -> int:
+        count = 0
+        by_namespace: dict[str, list[str]] = {}
+        for namespace, name in deleted:
+            by_namespace.setdefault(namespace, []).append(name)
+        for namespace, names in by_namespace.items():
+            count += Lease.objects.filter(
+                cluster_id=self.cluster_id,
+                namespace=namespace,
+                name__in=names,
+                deleted_at__isnull=True,
+            ).update(deleted_at=now)
+        return count
+
+    def _requeue(self, failed: _Batch) -> None:
+        """Put a batch that could not be written back in front of newer observations."""
+        with self._lock:
+            current = self._batch
+            for key, observation in failed.leases.items():
+                if key not in current.leases and key not in current.deleted:
+                    current.leases[key] = observation
+                    current.received[key] = failed.received[key]
+                elif key in current.received:
+                    current.received[key] = min(current.received[key], failed.received[key])
+            for key, received in failed.deleted.items():
+                if key not in current.leases:
+                    current.deleted.setdefault(key, received)
+            current.transitions[:0] = failed.transitions
+            current.events += failed.events
+
+
+def _transition_between(
+    previous: KnownLease, observation: LeaseObservation
+) -> PendingTransition | None:
+    """The holder change (or the unseen changes) between what we knew and what we see now."""
+    jump = None
+    if previous.lease_transitions is not None and observation.lease_transitions is not None:
+        jump = observation.lease_transitions - previous.lease_transitions
+    if observation.holder != previous.holder:
+        # One change is the one we see; leaseTransitions jumping further means others
+        # happened while nobody watched. A release ("" holder) does not count up.
+        missed = max(0, jump - 1) if jump is not None else 0
+    elif jump is not None and jump > 0:
+        missed = jump  # e.g. A -> B -> A while the dashboard was away
+    else:
+        return None
+    return PendingTransition(
+        key=observation.key,
+        from_holder=previous.holder,
+        to_holder=observation.holder,
+        observed_at=timezone.now(),
+        acquire_time=observation.acquire_time,
+        lease_transitions=observation.lease_transitions,
+        missed=missed,
+    )
+
+
+@transaction.atomic
+def sync_candidates(cluster_id: int, observations: list[CandidateObservation]) -> int:
+    """Make the cluster's LeaseCandidate rows match a full list; gone ones are marked deleted."""
+    now = timezone.now()
+    rows = [
+        LeaseCandidate(
+            cluster_id=cluster_id,
+            namespace=obs.namespace,
+            name=obs.name,
+            lease_name=obs.lease_name,
+            binary_version=obs.binary_version,
+            emulation_version=obs.emulation_version,
+            strategy=obs.strategy,
+            ping_time=obs.ping_time,
+            renew_time=obs.renew_time,
+            observed_at=now,
+            deleted_at=None,
+            raw=obs.raw,
+        )
+        for obs in observations
+    ]
+    if rows:
+        LeaseCandidate.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["cluster", "namespace", "name"],
+            update_fields=[
+                "lease_name",
+                "binary_version",
+                "emulation_version",
+                "strategy",
+                "ping_time",
+                "renew_time",
+                "observed_at",
+                "deleted_at",
+                "raw",
+            ],
+        )
+    listed = {(obs.namespace, obs.name) for obs in observations}
+    gone = [
+        pk
+        for pk, namespace, name in LeaseCandidate.objects.filter(
+            cluster_id=cluster_id, deleted_at__isnull=True
+        ).values_list("id", "namespace", "name")
+        if (namespace, name) not in listed
+    ]
+    LeaseCandidate.objects.filter(pk__in=gone).update(deleted_at=now)
+    return len(rows)

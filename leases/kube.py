@@ -1,0 +1,366 @@
+"""The Kubernetes API client: the only module that imports the official `kubernetes` SDK.
+
+The SDK handles kubeconfig, authentication and TLS. Lists and watches are read raw
+(`_preload_content=False`) and parsed with orjson: building SDK model objects per event is
+~10x slower, and the watcher only needs a few fields.
+
+Every failure becomes a `KubeError` whose message is written for an on-call engineer and
+never contains credentials or kubeconfig content.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+import urllib3
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_SECONDS = 10.0
+LIST_READ_TIMEOUT_SECONDS = 60.0
+LIST_PAGE_SIZE = 500
+CANDIDATE_API_VERSIONS = ("v1beta1", "v1alpha2")
+COORDINATION_GROUP = "coordination.k8s.io"
+
+
+@dataclass(frozen=True)
+class KubeError(Exception):
+    """A failed call, in words; `kind` lets the watcher choose how long to back off."""
+
+    message: str
+    kind: str  # auth, forbidden, not_found, gone, tls, timeout, connection, config, server, …
+    status: int | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind not in {"config"}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """Where and how to connect: a kubeconfig's text and context, or in-cluster."""
+
+    in_cluster: bool = False
+    kubeconfig: str = field(default="", repr=False)  # a secret: never in repr or logs
+    context: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    items: list[dict[str, Any]]
+    resource_version: str
+    continue_token: str
+
+
+def parse_kubeconfig(text: str, context: str = "") -> dict[str, Any]:
+    """The kubeconfig as a dict, checked for shape and context; errors never quote it."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise KubeError(f"The kubeconfig is not valid YAML{where}.", kind="config") from None
+    if not isinstance(data, dict) or not isinstance(data.get("contexts"), list):
+        raise KubeError("The kubeconfig has no contexts: is this a kubeconfig file?", kind="config")
+    names = [entry.get("name") for entry in data["contexts"] if isinstance(entry, dict)]
+    wanted = context or data.get("current-context") or ""
+    if not wanted:
+        raise KubeError(
+            "The kubeconfig has no current-context; name one with --context.", kind="config"
+        )
+    if wanted not in names:
+        listed = ", ".join(str(name) for name in names) or "none"
+        raise KubeError(
+            f"Context {wanted!r} is not in the kubeconfig (contexts: {listed}).", kind="config"
+        )
+    return data
+
+
+def connect(config: ClusterConfig) -> k8s.ApiClient:
+    """An API client for the cluster; fails with a KubeError saying what is wrong."""
+    configuration = k8s.Configuration()
+    try:
+        if config.in_cluster:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        else:
+            data = parse_kubeconfig(config.kubeconfig, config.context)
+            k8s_config.load_kube_config_from_dict(
+                data,
+                context=config.context or None,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+    except ConfigException as exc:
+        # The SDK's messages name missing keys and files, never secret values.
+        raise KubeError(f"The cluster configuration cannot be used: {exc}", kind="config") from None
+    # Our own retry and backoff decide; urllib3's silent retries would hide outages.
+    configuration.retries = False
+    return k8s.ApiClient(configuration)
+
+
+def server_address(api: k8s.ApiClient) -> str:
+    parts = urlsplit(api.configuration.host)
+    return parts.netloc or api.configuration.host
+
+
+def list_leases(
+    api: k8s.ApiClient, continue_token: str = "", limit: int = LIST_PAGE_SIZE
+) -> ListPage:
+    """One page of Leases across all namespaces."""
+    coordination = k8s.CoordinationV1Api(api)
+    with _translated_errors(api, "list leases"):
+        response = coordination.list_lease_for_all_namespaces(
+            limit=limit,
+            _continue=continue_token or None,
+            _preload_content=False,
+            _request_timeout=(CONNECT_TIMEOUT_SECONDS, LIST_READ_TIMEOUT_SECONDS),
+        )
+        body = _read_json(response, "lease list")
+    metadata = body.get("metadata") or {}
+    items = body.get("items")
+    if not isinstance(items, list):
+        raise KubeError("The API server answered a lease list without items.", kind="bad_response")
+    return ListPage(
+        items=[item for item in items if isinstance(item, dict)],
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        continue_token=str(metadata.get("continue") or ""),
+    )
+
+
+def iter_all_leases(api: k8s.ApiClient, limit: int = LIST_PAGE_SIZE) -> Iterator[ListPage]:
+    """Every page of a full list; the last page's resourceVersion is where a watch starts."""
+    continue_token = ""
+    while True:
+        page = list_leases(api, continue_token, limit)
+        yield page
+        if not page.continue_token:
+            return
+        continue_token = page.continue_token
+
+
+class WatchStream:
+    """An open watch: yields raw lines; `close()` from another thread ends it at once."""
+
+    def __init__(self, api: k8s.ApiClient, response: urllib3.BaseHTTPResponse) -> None:
+        self._api = api
+        self._response = response
+
+    def lines(self) -> Iterator[bytes]:
+        """Complete lines only: a line cut by a dropped connection is never yielded."""
+        buffer = b""
+        with _translated_errors(self._api, "watch leases"):
+            for chunk in self._response.stream(65536, decode_content=True):
+                buffer += chunk
+                if b"\n" not in buffer:
+                    continue
+                *complete, buffer = buffer.split(b"\n")
+                for line in complete:
+                    if line.strip():
+                        yield line
+        if buffer.strip():
+            logger.info("watch stream ended inside a line; it will resume from the last event")
+
+    def close(self) -> None:
+        try:
+            self._response.shutdown()
+        except Exception:
+            logger.debug("closing the watch response failed", exc_info=True)
+        self._response.release_conn()
+
+
+def open_lease_watch(
+    api: k8s.ApiClient, resource_version: str, timeout_seconds: int
+) -> WatchStream:
+    """A watch of all Leases from `resource_version`, with bookmarks.
+
+    The read timeout is longer than the server's own `timeoutSeconds`, so a healthy but quiet
+    stream ends by the server, and only a dead connection ends by our timeout.
+    """
+    coordination = k8s.CoordinationV1Api(api)
+    with _translated_errors(api, "watch leases"):
+        response = coordination.list_lease_for_all_namespaces(
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            _preload_content=False,
+            _request_timeout=(CONNECT_TIMEOUT_SECONDS, timeout_seconds + 30),
+        )
+    return WatchStream(api, response)
+
+
+def list_lease_candidates(api: k8s.ApiClient) -> tuple[str, list[dict[str, Any]]]:
+    """LeaseCandidates from the newest served version; ("", []) when none is served."""
+    custom = k8s.CustomObjectsApi(api)
+    for version in CANDIDATE_API_VERSIONS:
+        try:
+            with _translated_errors(api, f"list leasecandidates ({version})"):
+                response = custom.list_cluster_custom_object(
+                    COORDINATION_GROUP,
+                    version,
+                    "leasecandidates",
+                    _preload_content=False,
+                    _request_timeout=(CONNECT_TIMEOUT_SECONDS, LIST_READ_TIMEOUT_SECONDS),
+                )
+                body = _read_json(response, "lease candidate list")
+        except KubeError as error:
+            if error.kind == "not_found":
+                continue
+            raise
+        items = body.get("items")
+        return f"{COORDINATION_GROUP}/{version}", [
+            item for item in (items if isinstance(items, list) else []) if isinstance(item, dict)
+        ]
+    return "", []
+
+
+def status_error(status: dict[str, Any], action: str, server: str) -> KubeError:
+    """A KubeError for a `Status` object sent inside a watch stream (an ERROR event)."""
+    code = status.get("code") if isinstance(status.get("code"), int) else None
+    message = str(status.get("message") or status.get("reason") or "no message")[:300]
+    return _error_for_status(code, message, action, server)
+
+
+def _read_json(response: urllib3.BaseHTTPResponse, what: str) -> dict[str, Any]:
+    try:
+        body = orjson.loads(response.data)
+    except orjson.JSONDecodeError:
+        raise KubeError(
+            f"The API server sent a {what} that is not JSON.", kind="bad_response"
+        ) from None
+    finally:
+        response.release_conn()
+    if not isinstance(body, dict):
+        raise KubeError(f"The API server sent a {what} that is not an object.", kind="bad_response")
+    return body
+
+
+def _error_for_status(code: int | None, message: str, action: str, server: str) -> KubeError:
+    if code == 401:
+        return KubeError(
+            f"The API server at {server} rejected the credentials (401 Unauthorized) when trying "
+            "to " + action + ": the token or client certificate in the kubeconfig is invalid "
+            "or expired.",
+            kind="auth",
+            status=401,
+        )
+    if code == 403:
+        return KubeError(
+            f"Not allowed to {action} on {server} (403 Forbidden): the credentials work but "
+            "lack RBAC permission; grant get, list and watch on leases and leasecandidates in "
+            f"coordination.k8s.io. Server said: {message}",
+            kind="forbidden",
+            status=403,
+        )
+    if code == 404:
+        return KubeError(
+            f"Not found when trying to {action} on {server}.", kind="not_found", status=404
+        )
+    if code == 410:
+        return KubeError(
+            f"The resourceVersion is too old to {action} on {server} (410 Gone); listing again.",
+            kind="gone",
+            status=410,
+        )
+    if code == 429:
+        return KubeError(
+            f"The API server at {server} is rate-limiting us (429) when trying to {action}.",
+            kind="server",
+            status=429,
+        )
+    return KubeError(
+        f"The API server at {server} answered {code} when trying to {action}: {message}",
+        kind="server",
+        status=code,
+    )
+
+
+class _translated_errors:
+    """Turn SDK, urllib3 and socket errors into KubeErrors with words an engineer knows."""
+
+    def __init__(self, api: k8s.ApiClient, action: str) -> None:
+        self.server = server_address(api)
+        self.action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> bool:
+        if exc is None or isinstance(exc, KubeError):
+            return False
+        error = self._translate(exc)
+        if error is None:
+            return False
+        raise error from None
+
+    def _translate(self, exc: BaseException) -> KubeError | None:
+        server, action = self.server, self.action
+        if isinstance(exc, ApiException):
+            message = _status_message(exc.body) or (exc.reason or "")
+            return _error_for_status(exc.status, message[:300], action, server)
+        if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+            exc = exc.reason
+        if isinstance(exc, urllib3.exceptions.SSLError):
+            return KubeError(
+                f"TLS with the API server at {server} failed: its certificate is not trusted by "
+                "the kubeconfig's certificate-authority, or the address does not match it "
+                f"({_first_line(exc)}).",
+                kind="tls",
+            )
+        if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
+            return KubeError(
+                f"Timed out connecting to the API server at {server} (no answer within "
+                f"{CONNECT_TIMEOUT_SECONDS:.0f} s): is the address right and reachable?",
+                kind="timeout",
+            )
+        if isinstance(exc, urllib3.exceptions.ReadTimeoutError | TimeoutError):
+            return KubeError(
+                f"The API server at {server} stopped answering while trying to {action} "
+                "(read timeout).",
+                kind="timeout",
+            )
+        if isinstance(exc, urllib3.exceptions.NewConnectionError | ConnectionRefusedError):
+            return KubeError(
+                f"Could not connect to the API server at {server}: connection refused or "
+                "host unreachable.",
+                kind="connection",
+            )
+        if isinstance(
+            exc, urllib3.exceptions.ProtocolError | urllib3.exceptions.HTTPError | OSError
+        ):
+            return KubeError(
+                f"The connection to the API server at {server} broke while trying to {action} "
+                f"({type(exc).__name__}).",
+                kind="connection",
+            )
+        return None
+
+
+def _status_message(body: object) -> str:
+    if not body:
+        return ""
+    try:
+        status = orjson.loads(body)
+    except (orjson.JSONDecodeError, TypeError):
+        return ""
+    return str(status.get("message") or "") if isinstance(status, dict) else ""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__

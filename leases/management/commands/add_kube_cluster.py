@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from leases.services import ClusterConfigError, register_kube_cluster
+
+
+class Command(BaseCommand):
+    help = (
+        "Register a Kubernetes cluster whose Leases the dashboard watches. The kubeconfig is "
+        "stored as a secret and never shown again."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name", help="Short name shown on every page (letters, digits, -).")
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--kubeconfig", type=Path, help="Path of a kubeconfig file.")
+        source.add_argument(
+            "--in-cluster",
+            action="store_true",
+            help="Use the pod's service account (when the dashboard runs inside the cluster).",
+        )
+        parser.add_argument("--context", default="", help="Context to use (default: current).")
+        parser.add_argument(
+            "--replace", action="store_true", help="Update the cluster if it exists already."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        name: str = options["name"]
+        kubeconfig = ""
+        if options["kubeconfig"] is not None:
+            path: Path = options["kubeconfig"]
+            try:
+                kubeconfig = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise CommandError(f"Cannot read the kubeconfig {str(path)!r}: {exc}") from None
+        try:
+            cluster, created = register_kube_cluster(
+                name,
+                kubeconfig=kubeconfig,
+                context=options["context"],
+                in_cluster=options["in_cluster"],
+                replace=options["replace"],
+            )
+        except ClusterConfigError as error:
+            raise CommandError(str(error)) from None
+        verb = "Added" if created else "Updated"
+        self.stdout.write(
+            f"{verb} cluster {cluster.name!r}; a watch worker picks it up within seconds."
+        )

@@ -1,0 +1,162 @@
+"""Lease and LeaseCandidate objects (as raw JSON dicts) into typed observations.
+
+Whatever a cluster sends is tolerated: missing `spec`, null or garbage times, wrong types,
+huge strings. A field that cannot be read becomes None (or empty), never an exception, and
+an object without a namespace or name is skipped by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from leases.classify import classify_lease
+from leases.models import LeaseClass
+
+# Holder identities are free text; cap what is stored so one odd client cannot bloat rows.
+MAX_HOLDER_LENGTH = 16_384
+MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600
+
+
+@dataclass(slots=True)
+class LeaseObservation:
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    lease_class: LeaseClass
+    holder: str
+    acquire_time: datetime | None
+    renew_time: datetime | None
+    lease_duration_seconds: int | None
+    lease_transitions: int | None
+    strategy: str
+    preferred_holder: str
+    labels: dict[str, str]
+    created_at: datetime | None
+    raw: dict[str, Any]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def expires_at(self) -> datetime | None:
+        if self.renew_time is None or self.lease_duration_seconds is None:
+            return None
+        return self.renew_time + timedelta(seconds=self.lease_duration_seconds)
+
+
+@dataclass(slots=True)
+class CandidateObservation:
+    namespace: str
+    name: str
+    lease_name: str
+    binary_version: str
+    emulation_version: str
+    strategy: str
+    ping_time: datetime | None
+    renew_time: datetime | None
+    raw: dict[str, Any]
+
+
+def parse_time(value: object) -> datetime | None:
+    """A Kubernetes Time or MicroTime (`2026-11-29T07:00:00.123456Z`) in UTC, or None."""
+    if not isinstance(value, str) or not value or len(value) > 64:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def _text(value: object, limit: int = 253) -> str:
+    return value[:limit] if isinstance(value, str) else ""
+
+
+def _whole_number(value: object, maximum: int) -> int | None:
+    # bool is an int in Python; a `true` duration is garbage, not 1 second.
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 <= value <= maximum else None
+
+
+def _labels(value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(key)[:317]: str(item)[:63] for key, item in value.items() if isinstance(key, str)}
+
+
+def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def resource_version_of(obj: object) -> str:
+    if not isinstance(obj, dict):
+        return ""
+    return _text(_metadata(obj).get("resourceVersion"), 64)
+
+
+def parse_lease(obj: object) -> LeaseObservation | None:
+    if not isinstance(obj, dict):
+        return None
+    metadata = _metadata(obj)
+    namespace, name = _text(metadata.get("namespace")), _text(metadata.get("name"))
+    if not namespace or not name:
+        return None
+    spec = _spec(obj)
+    labels = _labels(metadata.get("labels"))
+    raw = {key: value for key, value in obj.items() if key != "metadata"}
+    raw["metadata"] = {key: value for key, value in metadata.items() if key != "managedFields"}
+    return LeaseObservation(
+        namespace=namespace,
+        name=name,
+        uid=_text(metadata.get("uid"), 64),
+        resource_version=_text(metadata.get("resourceVersion"), 64),
+        lease_class=classify_lease(namespace, name, labels),
+        holder=_text(spec.get("holderIdentity"), MAX_HOLDER_LENGTH),
+        acquire_time=parse_time(spec.get("acquireTime")),
+        renew_time=parse_time(spec.get("renewTime")),
+        lease_duration_seconds=_whole_number(
+            spec.get("leaseDurationSeconds"), MAX_DURATION_SECONDS
+        ),
+        lease_transitions=_whole_number(spec.get("leaseTransitions"), 2**31 - 1),
+        strategy=_text(spec.get("strategy"), 100),
+        preferred_holder=_text(spec.get("preferredHolder"), MAX_HOLDER_LENGTH),
+        labels=labels,
+        created_at=parse_time(metadata.get("creationTimestamp")),
+        raw=raw,
+    )
+
+
+def parse_candidate(obj: object) -> CandidateObservation | None:
+    if not isinstance(obj, dict):
+        return None
+    metadata = _metadata(obj)
+    namespace, name = _text(metadata.get("namespace")), _text(metadata.get("name"))
+    if not namespace or not name:
+        return None
+    spec = _spec(obj)
+    raw = {key: value for key, value in obj.items() if key != "metadata"}
+    raw["metadata"] = {key: value for key, value in metadata.items() if key != "managedFields"}
+    return CandidateObservation(
+        namespace=namespace,
+        name=name,
+        lease_name=_text(spec.get("leaseName")),
+        binary_version=_text(spec.get("binaryVersion"), 64),
+        emulation_version=_text(spec.get("emulationVersion"), 64),
+        strategy=_text(spec.get("strategy"), 100),
+        ping_time=parse_time(spec.get("pingTime")),
+        renew_time=parse_time(spec.get("renewTime")),
+        raw=raw,
+    )

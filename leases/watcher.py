@@ -1,0 +1,340 @@
+"""The watch loop of one cluster: list, watch, resume, relist on 410, and keep the lock.
+
+Two threads per watcher. The reader thread (the caller of `run`) lists and then reads the
+watch stream line by line, handing observations to the ingestor. The housekeeping thread
+flushes the ingestor twice a second, writes the watcher status, renews the lock, refreshes
+LeaseCandidates and notices when the watcher must stop (lock lost, cluster disabled, worker
+shutting down); it ends a blocked read by closing the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+import orjson
+from django.db import DatabaseError, close_old_connections, connection
+from django.db.models import F
+from django.utils import timezone
+
+from leases import kube
+from leases.ingest import LeaseIngestor, sync_candidates
+from leases.locks import ExpiringLock
+from leases.models import KubeCluster
+from leases.parse import parse_candidate, parse_lease, resource_version_of
+
+logger = logging.getLogger(__name__)
+
+# Set when the worker process shuts down: every watcher in it stops and releases its lock.
+SHUTDOWN = threading.Event()
+
+WATCH_TIMEOUT_SECONDS = 290
+FLUSH_INTERVAL_SECONDS = 0.5
+LOCK_RENEW_INTERVAL_SECONDS = 5.0
+CANDIDATES_INTERVAL_SECONDS = 15.0
+SETTINGS_CHECK_INTERVAL_SECONDS = 5.0
+
+
+class WatchExpired(Exception):
+    """The resourceVersion we resume from is gone: list again."""
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with jitter; credentials problems wait longer."""
+
+    base: float = 1.0
+    maximum: float = 30.0
+    auth_base: float = 5.0
+    auth_maximum: float = 120.0
+    failures: int = 0
+
+    def next_delay(self, kind: str) -> float:
+        self.failures += 1
+        if kind in {"auth", "forbidden", "config"}:
+            base, maximum = self.auth_base, self.auth_maximum
+        else:
+            base, maximum = self.base, self.maximum
+        delay = min(maximum, base * 2 ** (self.failures - 1))
+        return delay * random.uniform(0.8, 1.0)  # noqa: S311 - jitter, not security
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class LeaseWatcher:
+    def __init__(
+        self,
+        cluster_id: int,
+        *,
+        owner: str,
+        lock: ExpiringLock | None = None,
+        stop: threading.Event | None = None,
+        watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+        flush_interval: float = FLUSH_INTERVAL_SECONDS,
+        candidates_interval: float = CANDIDATES_INTERVAL_SECONDS,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.owner = owner
+        self.lock = lock
+        self.stop = stop or threading.Event()
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.flush_interval = flush_interval
+        self.candidates_interval = candidates_interval
+        self.backoff = backoff or Backoff()
+        self.resource_version = ""
+        self.malformed_lines = 0
+        self.unknown_events = 0
+        self._stream: kube.WatchStream | None = None
+        self._api: object | None = None
+        self._events_since_status = 0
+        self._status_at = time.monotonic()
+        self.ingestor: LeaseIngestor | None = None
+
+    # --- the reader thread -------------------------------------------------------------
+    def run(self, seconds: float | None = None) -> None:
+        """Watch until stopped (or for `seconds`); never raises for cluster-side problems."""
+        timer = None
+        if seconds is not None:
+            timer = threading.Timer(seconds, self._request_stop)
+            timer.daemon = True
+            timer.start()
+        self.ingestor = LeaseIngestor(self.cluster_id)
+        KubeCluster.objects.filter(pk=self.cluster_id).update(watcher_id=self.owner[:200])
+        housekeeping = threading.Thread(
+            target=self._housekeeping, name=f"lease-housekeeping-{self.cluster_id}", daemon=True
+        )
+        housekeeping.start()
+        try:
+            self._watch_until_stopped()
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self.stop.set()
+            housekeeping.join(timeout=30)
+            self._flush_and_report()
+            KubeCluster.objects.filter(pk=self.cluster_id, watcher_id=self.owner[:200]).update(
+                connected=False, events_per_second=0.0
+            )
+
+    def _watch_until_stopped(self) -> None:
+        resource_version = ""
+        while not self._stopping():
+            try:
+                api = self._connect()
+                if not resource_version:
+                    resource_version = self._relist(api)
+                resource_version = self._stream_once(api, resource_version)
+                KubeCluster.objects.filter(pk=self.cluster_id).update(
+                    reconnects_total=F("reconnects_total") + 1
+                )
+            except WatchExpired:
+                logger.info("cluster %s: resourceVersion expired, listing again", self.cluster_id)
+                resource_version = ""
+            except kube.KubeError as error:
+                if error.kind == "gone":
+                    resource_version = ""
+                    continue
+                if error.kind in {"auth", "forbidden", "tls", "config"}:
+                    self._api = None  # re-read the cluster: someone may fix its kubeconfig
+                delay = self.backoff.next_delay(error.kind)
+                self._record_error(error.message)
+                logger.warning("cluster %s: %s (retrying in %.0f s)", self.cluster_id, error, delay)
+                self.stop.wait(delay)
+
+    def _connect(self) -> object:
+        if self._api is None:
+            cluster = KubeCluster.objects.get(pk=self.cluster_id)
+            self._api = kube.connect(
+                kube.ClusterConfig(
+                    in_cluster=cluster.source == KubeCluster.Source.IN_CLUSTER,
+                    kubeconfig=cluster.kubeconfig,
+                    context=cluster.context,
+                )
+            )
+        return self._api
+
+    def _relist(self, api: object) -> str:
+        assert self.ingestor is not None
+        listed: set[tuple[str, str]] = set()
+        resource_version = ""
+        for page in kube.iter_all_leases(api):  # type: ignore[arg-type]
+            for item in page.items:
+                observation = parse_lease(item)
+                if observation is not None:
+                    self.ingestor.observe(observation)
+                    listed.add(observation.key)
+            resource_version = page.resource_version
+        gone = self.ingestor.reconcile(listed)
+        KubeCluster.objects.filter(pk=self.cluster_id).update(
+            relists_total=F("relists_total") + 1, last_list_at=timezone.now()
+        )
+        logger.info(
+            "cluster %s: listed %d leases (%d gone) at resourceVersion %s",
+            self.cluster_id,
+            len(listed),
+            gone,
+            resource_version,
+        )
+        self.resource_version = resource_version
+        return resource_version
+
+    def _stream_once(self, api: object, resource_version: str) -> str:
+        assert self.ingestor is not None
+        ingestor = self.ingestor
+        stream = kube.open_lease_watch(api, resource_version, self.watch_timeout_seconds)  # type: ignore[arg-type]
+        self._stream = stream
+        KubeCluster.objects.filter(pk=self.cluster_id).update(
+            connected=True, connected_since=timezone.now()
+        )
+        opened = time.monotonic()
+        try:
+            for line in stream.lines():
+                if self.stop.is_set():
+                    break
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    self._malformed(line)
+                    continue
+                if not isinstance(event, dict):
+                    self._malformed(line)
+                    continue
+                kind, obj = event.get("type"), event.get("object")
+                if kind in ("ADDED", "MODIFIED"):
+                    observation = parse_lease(obj)
+                    if observation is None:
+                        self._malformed(line)
+                    else:
+                        ingestor.observe(observation)
+                elif kind == "DELETED":
+                    observation = parse_lease(obj)
+                    if observation is not None:
+                        ingestor.observe_deleted(observation.key)
+                elif kind == "BOOKMARK":
+                    ingestor.count_event()
+                elif kind == "ERROR":
+                    status = obj if isinstance(obj, dict) else {}
+                    if status.get("code") == 410:
+                        raise WatchExpired
+                    raise kube.status_error(status, "watch leases", kube.server_address(api))  # type: ignore[arg-type]
+                else:
+                    self.unknown_events += 1
+                    if self.unknown_events <= 3:
+                        logger.warning(
+                            "cluster %s: ignoring watch event of unknown type %r",
+                            self.cluster_id,
+                            str(kind)[:40],
+                        )
+                    continue
+                resource_version = resource_version_of(obj) or resource_version
+                self.resource_version = resource_version
+        finally:
+            self._stream = None
+            stream.close()
+        if time.monotonic() - opened > 10:
+            self.backoff.reset()
+        return resource_version
+
+    def _malformed(self, line: bytes) -> None:
+        self.malformed_lines += 1
+        if self.malformed_lines <= 3:
+            logger.warning(
+                "cluster %s: skipping a malformed watch line (%d bytes)", self.cluster_id, len(line)
+            )
+
+    # --- the housekeeping thread -------------------------------------------------------
+    def _housekeeping(self) -> None:
+        next_renew = time.monotonic() + LOCK_RENEW_INTERVAL_SECONDS
+        next_candidates = time.monotonic()
+        next_settings = time.monotonic() + SETTINGS_CHECK_INTERVAL_SECONDS
+        try:
+            while not self.stop.wait(self.flush_interval):
+                now = time.monotonic()
+                self._flush_and_report()
+                if self.lock is not None and now >= next_renew:
+                    if not self.lock.renew():
+                        logger.warning("cluster %s: watcher lock lost; stopping", self.cluster_id)
+                        self._request_stop()
+                        break
+                    next_renew = now + LOCK_RENEW_INTERVAL_SECONDS
+                if now >= next_settings:
+                    next_settings = now + SETTINGS_CHECK_INTERVAL_SECONDS
+                    if not KubeCluster.objects.filter(pk=self.cluster_id, enabled=True).exists():
+                        logger.info("cluster %s: disabled or removed; stopping", self.cluster_id)
+                        self._request_stop()
+                        break
+                if self._api is not None and now >= next_candidates:
+                    next_candidates = now + self.candidates_interval
+                    self._refresh_candidates()
+                if SHUTDOWN.is_set():
+                    self._request_stop()
+                    break
+        finally:
+            connection.close()
+
+    def _flush_and_report(self) -> None:
+        if self.ingestor is None:
+            return
+        try:
+            result = self.ingestor.flush()
+        except DatabaseError as exc:
+            close_old_connections()
+            logger.warning(
+                "cluster %s: could not write leases (%s); will retry", self.cluster_id, exc
+            )
+            return
+        now = time.monotonic()
+        self._events_since_status += result.events
+        elapsed = now - self._status_at
+        updates: dict[str, object] = {
+            "last_flush_at": timezone.now(),
+            "resource_version": self.resource_version[:64],
+            "events_total": F("events_total") + result.events,
+        }
+        if result.events:
+            updates["last_event_at"] = timezone.now()
+        if result.leases_written or result.deletions_written:
+            updates["lag_seconds"] = round(result.lag_seconds, 3)
+        if elapsed >= 2.0:
+            updates["events_per_second"] = round(self._events_since_status / elapsed, 1)
+            self._events_since_status, self._status_at = 0, now
+        try:
+            KubeCluster.objects.filter(pk=self.cluster_id).update(**updates)
+        except DatabaseError:
+            close_old_connections()
+
+    def _refresh_candidates(self) -> None:
+        try:
+            api_version, items = kube.list_lease_candidates(self._api)  # type: ignore[arg-type]
+        except kube.KubeError as error:
+            logger.info("cluster %s: lease candidates unavailable: %s", self.cluster_id, error)
+            return
+        observations = [obs for obs in map(parse_candidate, items) if obs is not None]
+        try:
+            sync_candidates(self.cluster_id, observations)
+            KubeCluster.objects.filter(pk=self.cluster_id).update(candidates_api=api_version)
+        except DatabaseError:
+            close_old_connections()
+
+    # --- shared ------------------------------------------------------------------------
+    def _stopping(self) -> bool:
+        return self.stop.is_set() or SHUTDOWN.is_set()
+
+    def _request_stop(self) -> None:
+        self.stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.close()  # unblocks the reader thread's read
+
+    def _record_error(self, message: str) -> None:
+        try:
+            KubeCluster.objects.filter(pk=self.cluster_id).update(
+                connected=False, last_error=message[:2000], last_error_at=timezone.now()
+            )
+        except DatabaseError:
+            close_old_connections()
