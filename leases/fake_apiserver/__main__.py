@@ -1,0 +1,3 @@
+from leases.fake_apiserver.cli import main
+
+main()
