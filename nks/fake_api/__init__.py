@@ -1,0 +1,17 @@
+"""A fake NKS API and identity service over real HTTP: the demo cloud, and the tests' NKS.
+
+Run it with ``python manage.py fake_nks``; use it from Python with :class:`FakeNks`.
+"""
+
+from nks.fake_api.server import FakeNks, RecordedRequest
+from nks.fake_api.state import FakeCluster, FakeEvent, FakeNksState, FakeNode, FakeNodegroup
+
+__all__ = [
+    "FakeCluster",
+    "FakeEvent",
+    "FakeNks",
+    "FakeNksState",
+    "FakeNode",
+    "FakeNodegroup",
+    "RecordedRequest",
+]
