@@ -3,9 +3,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from dashboard import views
+from leases import api as leases_api
 
 api_v1 = [
     path("me", views.api_me, name="me"),
+    path("leases", leases_api.lease_list, name="leases"),
+    path(
+        "leases/<str:cluster>/<str:namespace>/<str:name>",
+        leases_api.lease_detail,
+        name="lease",
+    ),
 ]
 
 urlpatterns = [

@@ -7,19 +7,30 @@ import sys
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.template import loader
+from django.utils import timezone
+from django.utils.functional import SimpleLazyObject
 from kombu.exceptions import OperationalError as BrokerError
 
 from dashboard.api import api_view, json_response
 from dashboard.htmx import render_page
 from dashboard.services import can_change_clusters, worker_status
+from leases.selectors import leases_overview
+from leases.views import REFRESH_SECONDS
 
 
 def overview(request: HttpRequest) -> HttpResponse:
     workers = worker_status()
+    now = timezone.now()
     return render_page(
         request,
         "dashboard/overview.html",
-        {"workers": workers, "any_worker_silent": any(queue["silent"] for queue in workers)},
+        {
+            "workers": workers,
+            "any_worker_silent": any(queue["silent"] for queue in workers),
+            # Lazy: a refresh of the workers region alone must not run the lease queries.
+            "leases": SimpleLazyObject(lambda: leases_overview(now)),
+            "refresh_seconds": REFRESH_SECONDS,
+        },
     )
 
 

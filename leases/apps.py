@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class LeasesConfig(AppConfig):
     name = "leases"
     verbose_name = "Kubernetes Leases"
+
+    def ready(self) -> None:
+        from leases import metrics
+
+        metrics.register()

@@ -1,6 +1,63 @@
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+"""Lease pages: the table, one lease with its holder history, and the watchers' status."""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.utils import timezone
+
+from dashboard.htmx import render_page
+from leases.forms import LeaseFilterForm
+from leases.models import LeaseClass, LeaseState
+from leases.selectors import (
+    FLAP_THRESHOLD,
+    FLAP_WINDOW,
+    cluster_statuses,
+    format_duration,
+    lease_detail,
+    lease_table,
+    namespaces,
+)
+
+# Seconds between refreshes of live regions; the countdowns tick in between.
+REFRESH_SECONDS = 5
 
 
 def lease_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "leases/lease_list.html")
+    now = timezone.now()
+    form = LeaseFilterForm(request.GET)
+    form.is_valid()  # invalid parameters are shown as errors; the valid ones still apply
+    filters = form.filters()
+    table = lease_table(filters, now, cursor=form.cursor())
+    context = {
+        "form": form,
+        "filters": filters,
+        "table": table,
+        "refresh_seconds": REFRESH_SECONDS,
+        "class_choices": LeaseClass.choices,
+        "state_choices": LeaseState.choices,
+        "flap_rule": f"{FLAP_THRESHOLD} or more holder changes in "
+        f"{format_duration(FLAP_WINDOW.total_seconds())}",
+    }
+    if not request.htmx:
+        # Only the full page has the filter form that suggests namespaces.
+        context["namespaces"] = namespaces()
+    return render_page(request, "leases/lease_list.html", context)
+
+
+def lease_page(request: HttpRequest, cluster: str, namespace: str, name: str) -> HttpResponse:
+    detail = lease_detail(cluster, namespace, name, timezone.now())
+    if detail is None:
+        raise Http404("No such lease")
+    return render_page(
+        request,
+        "leases/lease_detail.html",
+        {"detail": detail, "lease": detail.lease, "refresh_seconds": REFRESH_SECONDS},
+    )
+
+
+def cluster_list(request: HttpRequest) -> HttpResponse:
+    return render_page(
+        request,
+        "leases/clusters.html",
+        {"clusters": cluster_statuses(timezone.now()), "refresh_seconds": REFRESH_SECONDS},
+    )

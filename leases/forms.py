@@ -1,0 +1,77 @@
+"""The Leases filter: URL parameters shared by the Leases page and the JSON API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from leases.models import LeaseClass, LeaseState
+from leases.selectors import (
+    DEFAULT_SORT,
+    SORT_CHOICES,
+    SORT_KEYS,
+    Cursor,
+    CursorError,
+    LeaseFilters,
+    decode_cursor,
+)
+
+# Strict on purpose: a script that sends `deleted=yes` should hear it was not understood
+# rather than silently get the default.
+YES_NO = [("", "default"), ("true", "yes"), ("false", "no")]
+
+
+class LeaseFilterForm(forms.Form):
+    cluster = forms.CharField(required=False, max_length=63)
+    namespace = forms.CharField(required=False, max_length=253)
+    lease_class = forms.ChoiceField(
+        required=False, choices=[("", "any class"), *LeaseClass.choices]
+    )
+    state = forms.ChoiceField(required=False, choices=[("", "any state"), *LeaseState.choices])
+    q = forms.CharField(required=False, max_length=253)
+    flapping = forms.ChoiceField(required=False, choices=YES_NO)
+    deleted = forms.ChoiceField(required=False, choices=YES_NO)
+    sort = forms.ChoiceField(required=False, choices=SORT_CHOICES)
+    after = forms.CharField(required=False, max_length=2048)
+    before = forms.CharField(required=False, max_length=2048)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The URL parameter is `class`, what engineers type; a Python keyword can only be
+        # a field name this way.
+        self.fields["class"] = self.fields.pop("lease_class")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        after, before = cleaned.get("after"), cleaned.get("before")
+        if after and before:
+            raise forms.ValidationError("Give either `after` or `before`, not both.")
+        token = after or before
+        if token and "sort" not in self.errors:
+            sort = SORT_KEYS[(cleaned.get("sort") or DEFAULT_SORT).removeprefix("-")]
+            try:
+                values = decode_cursor(token, sort)
+            except CursorError as exc:
+                self.add_error("after" if after else "before", f"This page link is invalid: {exc}")
+            else:
+                cleaned["cursor"] = Cursor("after" if after else "before", values)
+        return cleaned
+
+    def filters(self) -> LeaseFilters:
+        """The valid part of the query: a bad parameter is reported, the rest still applies."""
+        data = self.cleaned_data if hasattr(self, "cleaned_data") else {}
+        return LeaseFilters(
+            cluster=data.get("cluster") or "",
+            namespace=data.get("namespace") or "",
+            lease_class=data.get("class") or "",
+            state=data.get("state") or "",
+            q=(data.get("q") or "").strip(),
+            flapping=data.get("flapping") == "true",
+            include_deleted=data.get("deleted") == "true",
+            sort=data.get("sort") or DEFAULT_SORT,
+        )
+
+    def cursor(self) -> Cursor | None:
+        data = self.cleaned_data if hasattr(self, "cleaned_data") else {}
+        return data.get("cursor")

@@ -1,0 +1,129 @@
+"""Prometheus series for Lease watching, read from the database at scrape time.
+
+Watchers run in Celery workers; their counters live on KubeCluster rows, so any web replica
+exports the same numbers. Each scrape costs a handful of aggregate queries, never a row per
+node lease: per-lease series exist only for leader-election and control-plane leases.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from django.db import DatabaseError
+from django.utils import timezone
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from leases.selectors import lease_counts, per_lease_metrics, watch_metrics
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "lease_dashboard"
+
+
+class LeaseCollector(Collector):
+    def collect(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily(
+            f"{PREFIX}_lease_metrics_up",
+            "1 when the lease series below could be read from the database.",
+        )
+        try:
+            metrics = list(self._collect())
+        except DatabaseError:
+            # A scrape must not fail as a whole: the process metrics are still worth having,
+            # and this gauge going to 0 is the alert.
+            logger.exception("lease metrics: the database could not be read")
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from metrics
+
+    def _collect(self) -> Iterable[Metric]:
+        now = timezone.now()
+        events = CounterMetricFamily(
+            f"{PREFIX}_watch_events", "Watch events received.", labels=["cluster"]
+        )
+        reconnects = CounterMetricFamily(
+            f"{PREFIX}_watch_reconnects", "Watch connections re-opened.", labels=["cluster"]
+        )
+        relists = CounterMetricFamily(
+            f"{PREFIX}_watch_relists",
+            "Full lists after the resourceVersion became too old (410 Gone).",
+            labels=["cluster"],
+        )
+        lag = GaugeMetricFamily(
+            f"{PREFIX}_watch_lag_seconds",
+            "Worst delay from event to database commit in the last flush.",
+            labels=["cluster"],
+        )
+        connected = GaugeMetricFamily(
+            f"{PREFIX}_watch_connected",
+            "1 when a watcher holds a watch connection.",
+            labels=["cluster"],
+        )
+        stale = GaugeMetricFamily(
+            f"{PREFIX}_watch_stale",
+            "1 when no watcher has written for 30 s: the cluster's lease data is old.",
+            labels=["cluster"],
+        )
+        event_age = GaugeMetricFamily(
+            f"{PREFIX}_watch_last_event_age_seconds",
+            "Seconds since the last watch event (-1: never).",
+            labels=["cluster"],
+        )
+        for cluster in watch_metrics(now):
+            labels = [cluster.cluster]
+            events.add_metric(labels, cluster.events_total)
+            reconnects.add_metric(labels, cluster.reconnects_total)
+            relists.add_metric(labels, cluster.relists_total)
+            lag.add_metric(labels, cluster.lag_seconds)
+            connected.add_metric(labels, 1 if cluster.connected else 0)
+            stale.add_metric(labels, 1 if cluster.stale else 0)
+            age = cluster.last_event_age_seconds
+            event_age.add_metric(labels, -1.0 if age is None else age)
+        yield from (events, reconnects, relists, lag, connected, stale, event_age)
+
+        leases = GaugeMetricFamily(
+            f"{PREFIX}_leases",
+            "Live leases by class and state (state from the clock at scrape time).",
+            labels=["cluster", "class", "state"],
+        )
+        for (cluster_name, lease_class, state), count in sorted(lease_counts(now).items()):
+            leases.add_metric([cluster_name, lease_class, state], count)
+        yield leases
+
+        until_expiry = GaugeMetricFamily(
+            f"{PREFIX}_lease_seconds_until_expiry",
+            "Seconds until a held leader-election or control-plane lease expires "
+            "(negative: expired that long ago).",
+            labels=["cluster", "namespace", "name"],
+        )
+        transitions = GaugeMetricFamily(
+            f"{PREFIX}_lease_transitions",
+            "The lease's leaseTransitions (holder changes counted by the API server).",
+            labels=["cluster", "namespace", "name"],
+        )
+        for lease in per_lease_metrics(now):
+            labels = [lease.cluster, lease.namespace, lease.name]
+            if lease.seconds_until_expiry is not None:
+                until_expiry.add_metric(labels, lease.seconds_until_expiry)
+            if lease.transitions is not None:
+                transitions.add_metric(labels, lease.transitions)
+        yield from (until_expiry, transitions)
+
+
+_registered = False
+
+
+def register() -> None:
+    """Add the collector to the dashboard's registry, once per process."""
+    global _registered
+    if _registered:
+        return
+    from dashboard.metrics import register_collector
+
+    register_collector(LeaseCollector())
+    _registered = True
