@@ -31,6 +31,7 @@ run: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py createcachetable
 	$(BIN)/python manage.py ensure_demo_user
+	$(BIN)/python manage.py setup_demo
 	@echo "Dashboard: http://127.0.0.1:$${DASHBOARD_PORT:-8000}  (Ctrl-C stops everything)"
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start -f Procfile
 

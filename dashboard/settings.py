@@ -8,6 +8,7 @@ Redis. ``DATABASE_URL``, ``REDIS_URL`` and ``EMAIL_URL`` switch to real services
 from __future__ import annotations
 
 import ipaddress
+import os
 import secrets
 import zoneinfo
 from pathlib import Path
@@ -149,6 +150,9 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     _database["CONN_MAX_AGE"] = 0
+    # Tests run watchers and workers in threads; an in-memory database's shared cache
+    # locks whole tables without waiting, so tests use a file like `make run` does.
+    _database["TEST"] = {"NAME": str(VAR_DIR / f"test-db-{os.getpid()}.sqlite3")}
 else:
     _database.setdefault("OPTIONS", {})["connect_timeout"] = env_int(
         "DB_CONNECT_TIMEOUT", 5, minimum=1

@@ -19,12 +19,21 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from django.db import DatabaseError, transaction
+import orjson
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from leases.models import Lease, LeaseCandidate, LeaseTransition
-from leases.parse import CandidateObservation, LeaseObservation
+from leases.parse import (
+    CandidateObservation,
+    LeaseIdentity,
+    LeaseObservation,
+    lease_identity,
+    parse_lease,
+    parse_time,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +88,8 @@ class FlushResult:
 
 @dataclass(slots=True)
 class _Batch:
-    leases: dict[Key, LeaseObservation] = field(default_factory=dict)
+    # The newest raw object per lease: parsed once per flush, not once per event.
+    leases: dict[Key, dict[str, Any]] = field(default_factory=dict)
     received: dict[Key, float] = field(default_factory=dict)
     deleted: dict[Key, float] = field(default_factory=dict)
     transitions: list[PendingTransition] = field(default_factory=list)
@@ -114,21 +124,26 @@ class LeaseIngestor:
         with self._lock:
             return set(self._known)
 
-    def observe(self, observation: LeaseObservation, received: float | None = None) -> None:
+    def observe(self, obj: dict[str, Any], received: float | None = None) -> bool:
+        """An ADDED or MODIFIED object; False when it is not a usable Lease."""
+        identity = lease_identity(obj)
+        if identity is None:
+            return False
         received = time.monotonic() if received is None else received
-        key = observation.key
+        key = identity.key
         with self._lock:
             batch = self._batch
             batch.events += 1
             previous = self._known.get(key)
             if previous is not None:
-                transition = _transition_between(previous, observation)
+                transition = _transition_between(previous, identity)
                 if transition is not None:
                     batch.transitions.append(transition)
-            self._known[key] = KnownLease(observation.holder, observation.lease_transitions)
-            batch.leases[key] = observation
+            self._known[key] = KnownLease(identity.holder, identity.lease_transitions)
+            batch.leases[key] = obj
             batch.received.setdefault(key, received)
             batch.deleted.pop(key, None)
+        return True
 
     def observe_deleted(self, key: Key, received: float | None = None) -> None:
         received = time.monotonic() if received is None else received
@@ -159,7 +174,12 @@ class LeaseIngestor:
         now = timezone.now()
         try:
             with transaction.atomic():
-                ids = self._upsert(batch.leases.values(), now)
+                observations = [
+                    observation
+                    for observation in map(parse_lease, batch.leases.values())
+                    if observation is not None
+                ]
+                ids = self._upsert(observations, now)
                 transitions = self._write_transitions(batch.transitions, ids)
                 deletions = self._mark_deleted(batch.deleted, now)
         except DatabaseError:
@@ -174,7 +194,58 @@ class LeaseIngestor:
             lag_seconds=max(0.0, time.monotonic() - oldest),
         )
 
-    def _upsert(self, observations: object, now: datetime) -> dict[Key, int]:
+    def _upsert(self, observations: list[LeaseObservation], now: datetime) -> dict[Key, int]:
+        if not observations:
+            return {}
+        if connection.vendor == "postgresql":
+            ids = self._upsert_postgresql(observations, now)
+        else:
+            ids = self._upsert_orm(observations, now)
+        with self._lock:
+            self._lease_ids.update(ids)
+        return ids
+
+    def _upsert_postgresql(
+        self, observations: list[LeaseObservation], now: datetime
+    ) -> dict[Key, int]:
+        """One INSERT .. SELECT FROM json_to_recordset(..) ON CONFLICT per batch.
+
+        The batch travels as one JSON document that PostgreSQL parses in C: several times
+        cheaper than the ORM's bulk_create (model instances, one parameter per value) or
+        psycopg adapting Python lists element by element.
+        """
+        ids: dict[Key, int] = {}
+        with connection.cursor() as cursor:
+            for start in range(0, len(observations), UPSERT_BATCH_SIZE):
+                chunk = observations[start : start + UPSERT_BATCH_SIZE]
+                payload = orjson.dumps(
+                    [
+                        {
+                            "namespace": obs.namespace,
+                            "name": obs.name,
+                            "uid": obs.uid,
+                            "lease_class": obs.lease_class.value,
+                            "holder": obs.holder,
+                            "acquire_time": obs.acquire_time,
+                            "renew_time": obs.renew_time,
+                            "lease_duration_seconds": obs.lease_duration_seconds,
+                            "expires_at": obs.expires_at,
+                            "lease_transitions": obs.lease_transitions,
+                            "strategy": obs.strategy,
+                            "preferred_holder": obs.preferred_holder,
+                            "labels": obs.labels,
+                            "resource_version": obs.resource_version,
+                            "created_at": obs.created_at,
+                            "raw": _json_without_nul(obs.raw),
+                        }
+                        for obs in chunk
+                    ]
+                )
+                cursor.execute(_POSTGRESQL_UPSERT, [self.cluster_id, now, payload.decode()])
+                ids.update({(namespace, name): pk for pk, namespace, name in cursor.fetchall()})
+        return ids
+
+    def _upsert_orm(self, observations: list[LeaseObservation], now: datetime) -> dict[Key, int]:
         rows = [
             Lease(
                 cluster_id=self.cluster_id,
@@ -197,10 +268,8 @@ class LeaseIngestor:
                 deleted_at=None,
                 raw=obs.raw,
             )
-            for obs in observations  # type: ignore[attr-defined]
+            for obs in observations
         ]
-        if not rows:
-            return {}
         Lease.objects.bulk_create(
             rows,
             batch_size=UPSERT_BATCH_SIZE,
@@ -213,8 +282,6 @@ class LeaseIngestor:
         if missing:
             # Backends that cannot return ids from an upsert: look them up once.
             ids.update(self._lookup_ids(missing))
-        with self._lock:
-            self._lease_ids.update(ids)
         return ids
 
     def _lookup_ids(self, keys: list[Key]) -> dict[Key, int]:
@@ -284,14 +351,12 @@ class LeaseIngestor:
             current.events += failed.events
 
 
-def _transition_between(
-    previous: KnownLease, observation: LeaseObservation
-) -> PendingTransition | None:
+def _transition_between(previous: KnownLease, identity: LeaseIdentity) -> PendingTransition | None:
     """The holder change (or the unseen changes) between what we knew and what we see now."""
     jump = None
-    if previous.lease_transitions is not None and observation.lease_transitions is not None:
-        jump = observation.lease_transitions - previous.lease_transitions
-    if observation.holder != previous.holder:
+    if previous.lease_transitions is not None and identity.lease_transitions is not None:
+        jump = identity.lease_transitions - previous.lease_transitions
+    if identity.holder != previous.holder:
         # One change is the one we see; leaseTransitions jumping further means others
         # happened while nobody watched. A release ("" holder) does not count up.
         missed = max(0, jump - 1) if jump is not None else 0
@@ -300,14 +365,70 @@ def _transition_between(
     else:
         return None
     return PendingTransition(
-        key=observation.key,
+        key=identity.key,
         from_holder=previous.holder,
-        to_holder=observation.holder,
+        to_holder=identity.holder,
         observed_at=timezone.now(),
-        acquire_time=observation.acquire_time,
-        lease_transitions=observation.lease_transitions,
+        acquire_time=parse_time(identity.spec.get("acquireTime")),
+        lease_transitions=identity.lease_transitions,
         missed=missed,
     )
+
+
+def _json_without_nul(value: dict[str, Any]) -> orjson.Fragment:
+    """The object as JSON, minus NUL characters, which PostgreSQL text and jsonb refuse."""
+    dumped = orjson.dumps(value)
+    if b"\\u0000" in dumped:
+        dumped = orjson.dumps(_strip_nul(value))
+    return orjson.Fragment(dumped)
+
+
+def _strip_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, dict):
+        return {_strip_nul(key): _strip_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_strip_nul(item) for item in value]
+    return value
+
+
+_POSTGRESQL_UPSERT = """
+INSERT INTO leases_lease (
+    cluster_id, observed_at, deleted_at, namespace, name, uid, lease_class, holder,
+    acquire_time, renew_time, lease_duration_seconds, expires_at, lease_transitions,
+    strategy, preferred_holder, labels, resource_version, created_at, raw
+)
+SELECT
+    %s, %s::timestamptz, NULL::timestamptz, r.namespace, r.name, r.uid, r.lease_class,
+    r.holder, r.acquire_time, r.renew_time, r.lease_duration_seconds, r.expires_at,
+    r.lease_transitions, r.strategy, r.preferred_holder, r.labels, r.resource_version,
+    r.created_at, r.raw
+FROM json_to_recordset(%s::json) AS r(
+    namespace text, name text, uid text, lease_class text, holder text,
+    acquire_time timestamptz, renew_time timestamptz, lease_duration_seconds int,
+    expires_at timestamptz, lease_transitions int, strategy text, preferred_holder text,
+    labels jsonb, resource_version text, created_at timestamptz, raw jsonb
+)
+ON CONFLICT ON CONSTRAINT lease_unique_per_cluster DO UPDATE SET
+    observed_at = EXCLUDED.observed_at,
+    deleted_at = NULL,
+    uid = EXCLUDED.uid,
+    lease_class = EXCLUDED.lease_class,
+    holder = EXCLUDED.holder,
+    acquire_time = EXCLUDED.acquire_time,
+    renew_time = EXCLUDED.renew_time,
+    lease_duration_seconds = EXCLUDED.lease_duration_seconds,
+    expires_at = EXCLUDED.expires_at,
+    lease_transitions = EXCLUDED.lease_transitions,
+    strategy = EXCLUDED.strategy,
+    preferred_holder = EXCLUDED.preferred_holder,
+    labels = EXCLUDED.labels,
+    resource_version = EXCLUDED.resource_version,
+    created_at = EXCLUDED.created_at,
+    raw = EXCLUDED.raw
+RETURNING id, namespace, name
+"""
 
 
 @transaction.atomic

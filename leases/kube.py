@@ -322,6 +322,13 @@ class _translated_errors:
                 f"({_first_line(exc)}).",
                 kind="tls",
             )
+        # urllib3 2 makes NewConnectionError a ConnectTimeoutError subclass: check it first.
+        if isinstance(exc, urllib3.exceptions.NewConnectionError | ConnectionRefusedError):
+            return KubeError(
+                f"Could not connect to the API server at {server}: connection refused or "
+                "host unreachable.",
+                kind="connection",
+            )
         if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
             return KubeError(
                 f"Timed out connecting to the API server at {server} (no answer within "
@@ -333,12 +340,6 @@ class _translated_errors:
                 f"The API server at {server} stopped answering while trying to {action} "
                 "(read timeout).",
                 kind="timeout",
-            )
-        if isinstance(exc, urllib3.exceptions.NewConnectionError | ConnectionRefusedError):
-            return KubeError(
-                f"Could not connect to the API server at {server}: connection refused or "
-                "host unreachable.",
-                kind="connection",
             )
         if isinstance(
             exc, urllib3.exceptions.ProtocolError | urllib3.exceptions.HTTPError | OSError

@@ -61,6 +61,37 @@ class CandidateObservation:
     raw: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseIdentity:
+    """What the hot path needs of an event: which lease, who holds it, how many changes."""
+
+    key: tuple[str, str]
+    holder: str
+    lease_transitions: int | None
+    spec: dict[str, Any]
+
+
+def lease_identity(obj: object) -> LeaseIdentity | None:
+    """The few fields read for every event; the full parse waits for the (coalesced) flush."""
+    if not isinstance(obj, dict):
+        return None
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    namespace, name = metadata.get("namespace"), metadata.get("name")
+    if not (isinstance(namespace, str) and namespace and isinstance(name, str) and name):
+        return None
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        spec = {}
+    return LeaseIdentity(
+        key=(_text(namespace), _text(name)),
+        holder=_text(spec.get("holderIdentity"), MAX_HOLDER_LENGTH),
+        lease_transitions=_whole_number(spec.get("leaseTransitions"), 2**31 - 1),
+        spec=spec,
+    )
+
+
 def parse_time(value: object) -> datetime | None:
     """A Kubernetes Time or MicroTime (`2026-11-29T07:00:00.123456Z`) in UTC, or None."""
     if not isinstance(value, str) or not value or len(value) > 64:
@@ -75,7 +106,10 @@ def parse_time(value: object) -> datetime | None:
 
 
 def _text(value: object, limit: int = 253) -> str:
-    return value[:limit] if isinstance(value, str) else ""
+    # NUL is the one character PostgreSQL cannot store in text.
+    if not isinstance(value, str):
+        return ""
+    return value[:limit].replace("\x00", "") if "\x00" in value else value[:limit]
 
 
 def _whole_number(value: object, maximum: int) -> int | None:

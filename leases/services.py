@@ -66,6 +66,9 @@ def run_watcher(
     seconds: float | None = None,
 ) -> bool:
     """Watch one cluster while holding its lock; False if another watcher holds it."""
+    if not KubeCluster.objects.filter(pk=cluster_id, enabled=True).exists():
+        logger.info("cluster %s is gone or disabled; not watching it", cluster_id)
+        return False
     owner = owner or watcher_identity()
     lock = watcher_lock(cluster_id, owner)
     if not lock.acquire():

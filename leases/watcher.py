@@ -24,7 +24,7 @@ from leases import kube
 from leases.ingest import LeaseIngestor, sync_candidates
 from leases.locks import ExpiringLock
 from leases.models import KubeCluster
-from leases.parse import parse_candidate, parse_lease, resource_version_of
+from leases.parse import lease_identity, parse_candidate, resource_version_of
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +94,8 @@ class LeaseWatcher:
         self._events_since_status = 0
         self._status_at = time.monotonic()
         self.ingestor: LeaseIngestor | None = None
+        # Worst event-to-commit delay seen by this watcher (the status row keeps the last).
+        self.max_lag_seconds = 0.0
 
     # --- the reader thread -------------------------------------------------------------
     def run(self, seconds: float | None = None) -> None:
@@ -136,6 +138,8 @@ class LeaseWatcher:
                 logger.info("cluster %s: resourceVersion expired, listing again", self.cluster_id)
                 resource_version = ""
             except kube.KubeError as error:
+                if self._stopping():
+                    break  # we closed the stream ourselves
                 if error.kind == "gone":
                     resource_version = ""
                     continue
@@ -164,10 +168,9 @@ class LeaseWatcher:
         resource_version = ""
         for page in kube.iter_all_leases(api):  # type: ignore[arg-type]
             for item in page.items:
-                observation = parse_lease(item)
-                if observation is not None:
-                    self.ingestor.observe(observation)
-                    listed.add(observation.key)
+                identity = lease_identity(item)
+                if identity is not None and self.ingestor.observe(item):
+                    listed.add(identity.key)
             resource_version = page.resource_version
         gone = self.ingestor.reconcile(listed)
         KubeCluster.objects.filter(pk=self.cluster_id).update(
@@ -206,15 +209,12 @@ class LeaseWatcher:
                     continue
                 kind, obj = event.get("type"), event.get("object")
                 if kind in ("ADDED", "MODIFIED"):
-                    observation = parse_lease(obj)
-                    if observation is None:
+                    if not ingestor.observe(obj):  # type: ignore[arg-type]
                         self._malformed(line)
-                    else:
-                        ingestor.observe(observation)
                 elif kind == "DELETED":
-                    observation = parse_lease(obj)
-                    if observation is not None:
-                        ingestor.observe_deleted(observation.key)
+                    identity = lease_identity(obj)
+                    if identity is not None:
+                        ingestor.observe_deleted(identity.key)
                 elif kind == "BOOKMARK":
                     ingestor.count_event()
                 elif kind == "ERROR":
@@ -300,6 +300,7 @@ class LeaseWatcher:
             updates["last_event_at"] = timezone.now()
         if result.leases_written or result.deletions_written:
             updates["lag_seconds"] = round(result.lag_seconds, 3)
+            self.max_lag_seconds = max(self.max_lag_seconds, result.lag_seconds)
         if elapsed >= 2.0:
             updates["events_per_second"] = round(self._events_since_status / elapsed, 1)
             self._events_since_status, self._status_at = 0, now

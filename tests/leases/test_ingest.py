@@ -6,7 +6,7 @@ import pytest
 
 from leases.ingest import LeaseIngestor, sync_candidates
 from leases.models import KubeCluster, Lease, LeaseCandidate, LeaseTransition
-from leases.parse import LeaseObservation, parse_candidate, parse_lease
+from leases.parse import parse_candidate
 
 pytestmark = pytest.mark.django_db
 
@@ -23,20 +23,16 @@ def observe(
     name: str = "operator-leader",
     namespace: str = "operators",
     renew: str = "2026-11-29T07:00:00.000000Z",
-) -> LeaseObservation:
-    observation = parse_lease(
-        {
-            "metadata": {"namespace": namespace, "name": name, "resourceVersion": "1"},
-            "spec": {
-                "holderIdentity": holder,
-                "leaseDurationSeconds": 15,
-                "renewTime": renew,
-                "leaseTransitions": transitions,
-            },
-        }
-    )
-    assert observation is not None
-    return observation
+) -> dict[str, object]:
+    return {
+        "metadata": {"namespace": namespace, "name": name, "resourceVersion": "1"},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 15,
+            "renewTime": renew,
+            "leaseTransitions": transitions,
+        },
+    }
 
 
 def test_first_sight_writes_the_lease_and_no_transition(cluster: KubeCluster) -> None:
@@ -193,6 +189,13 @@ def test_a_change_unflushed_by_a_dead_watcher_is_recorded_by_the_next(cluster: K
     second.flush()
     transition = LeaseTransition.objects.get()
     assert (transition.from_holder, transition.to_holder) == ("pod-a", "pod-b")
+
+
+def test_objects_that_are_not_leases_are_refused(cluster: KubeCluster) -> None:
+    ingestor = LeaseIngestor(cluster.id)
+    assert not ingestor.observe({"metadata": {"name": "no-namespace"}})
+    assert not ingestor.observe({"spec": {}})
+    assert ingestor.flush().leases_written == 0
 
 
 def test_leases_of_two_clusters_do_not_mix(cluster: KubeCluster) -> None:
