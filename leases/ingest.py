@@ -167,32 +167,57 @@ class LeaseIngestor:
             self._batch.events += 1
 
     def flush(self) -> FlushResult:
+        """Write what was observed since the last flush, oldest first, in committed chunks.
+
+        Leases are kept in first-seen order, so committing chunk by chunk gets the longest
+        waiting rows into the database first: under full load the worst staleness is about
+        one flush, not two. Each chunk commits its leases together with their transitions,
+        which is what makes a restarted watcher agree with the database.
+        """
         with self._lock:
             batch, self._batch = self._batch, _Batch()
+        result = FlushResult(events=batch.events)
         if batch.is_empty():
-            return FlushResult(events=batch.events)
-        now = timezone.now()
+            return result
+        pending_transitions: dict[Key, list[PendingTransition]] = {}
+        for transition in batch.transitions:
+            pending_transitions.setdefault(transition.key, []).append(transition)
+        items = list(batch.leases.items())
+        written = 0
         try:
+            for start in range(0, len(items), UPSERT_BATCH_SIZE):
+                chunk = items[start : start + UPSERT_BATCH_SIZE]
+                now = timezone.now()
+                with transaction.atomic():
+                    observations = [
+                        observation
+                        for observation in (parse_lease(obj) for _, obj in chunk)
+                        if observation is not None
+                    ]
+                    ids = self._upsert(observations, now)
+                    transitions = [
+                        transition
+                        for key, _ in chunk
+                        for transition in pending_transitions.pop(key, ())
+                    ]
+                    result.transitions_written += self._write_transitions(transitions, ids)
+                written = start + len(chunk)
+                result.leases_written = written
+                oldest = min(batch.received[key] for key, _ in chunk)
+                result.lag_seconds = max(result.lag_seconds, time.monotonic() - oldest)
             with transaction.atomic():
-                observations = [
-                    observation
-                    for observation in map(parse_lease, batch.leases.values())
-                    if observation is not None
-                ]
-                ids = self._upsert(observations, now)
-                transitions = self._write_transitions(batch.transitions, ids)
-                deletions = self._mark_deleted(batch.deleted, now)
+                # Transitions of leases deleted later in the same batch, then deletions.
+                leftover = [item for group in pending_transitions.values() for item in group]
+                result.transitions_written += self._write_transitions(leftover, {})
+                result.deletions_written = self._mark_deleted(batch.deleted, timezone.now())
+            pending_transitions.clear()
         except DatabaseError:
-            self._requeue(batch)
+            self._requeue(_remainder(batch, written, pending_transitions))
             raise
-        oldest = min([*batch.received.values(), *batch.deleted.values()], default=time.monotonic())
-        return FlushResult(
-            leases_written=len(batch.leases),
-            transitions_written=transitions,
-            deletions_written=deletions,
-            events=batch.events,
-            lag_seconds=max(0.0, time.monotonic() - oldest),
-        )
+        if batch.deleted:
+            oldest_deletion = min(batch.deleted.values())
+            result.lag_seconds = max(result.lag_seconds, time.monotonic() - oldest_deletion)
+        return result
 
     def _upsert(self, observations: list[LeaseObservation], now: datetime) -> dict[Key, int]:
         if not observations:
@@ -349,6 +374,19 @@ class LeaseIngestor:
                     current.deleted.setdefault(key, received)
             current.transitions[:0] = failed.transitions
             current.events += failed.events
+
+
+def _remainder(
+    batch: _Batch, written: int, pending_transitions: dict[Key, list[PendingTransition]]
+) -> _Batch:
+    """What of a batch was not committed when a chunk failed."""
+    remainder = _Batch(events=batch.events)
+    for key, obj in list(batch.leases.items())[written:]:
+        remainder.leases[key] = obj
+        remainder.received[key] = batch.received[key]
+    remainder.deleted = dict(batch.deleted)
+    remainder.transitions = [item for group in pending_transitions.values() for item in group]
+    return remainder
 
 
 def _transition_between(previous: KnownLease, identity: LeaseIdentity) -> PendingTransition | None:
