@@ -181,6 +181,10 @@ CACHES = {
     "default": {**_cache_backend, "KEY_PREFIX": f"{CACHE_KEY_PREFIX}:cache"},
     "locks": {**_cache_backend, "KEY_PREFIX": f"{CACHE_KEY_PREFIX}:lock", "TIMEOUT": 30},
 }
+if REDIS_URL:
+    # Sessions read from Redis on every request, written through to the database: one
+    # query less per page and per HTMX refresh, and logins survive a Redis restart.
+    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost//"
@@ -233,6 +237,31 @@ EMAIL_USE_SSL = bool(_email.get("EMAIL_USE_SSL"))
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Lease dashboard <lease-dashboard@localhost>")
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
+
+# --- Alerts ---------------------------------------------------------------------------------
+# Defaults of the alert rules; each is also overridable per rule in admin (Alert rules).
+ALERT_EMAIL_TO = env_list("ALERT_EMAIL_TO", [])
+for _address in ALERT_EMAIL_TO:
+    if "@" not in _address or any(character.isspace() for character in _address):
+        raise BadEnvironment(f"ALERT_EMAIL_TO entry {_address!r} is not an e-mail address.")
+ALERT_EVAL_SECONDS = env_int("ALERT_EVAL_SECONDS", 5, minimum=1, maximum=300)
+ALERT_GROUP_SECONDS = env_int("ALERT_GROUP_SECONDS", 30, minimum=0, maximum=3600)
+ALERT_REMIND_HOURS = env_int("ALERT_REMIND_HOURS", 4, minimum=0)  # 0: no reminders
+ALERT_RETRY_HOURS = env_int("ALERT_RETRY_HOURS", 24, minimum=1)
+# Unset: one more leaseDurationSeconds of each lease.
+ALERT_LEASE_GRACE_SECONDS: int | None = (
+    env_int("ALERT_LEASE_GRACE_SECONDS", 0, minimum=0)
+    if env_optional("ALERT_LEASE_GRACE_SECONDS") is not None
+    else None
+)
+ALERT_NODE_GRACE_SECONDS = env_int("ALERT_NODE_GRACE_SECONDS", 0, minimum=0)
+# The same 3 changes in 10 minutes the Leases page calls flapping.
+ALERT_FLAP_CHANGES = env_int("ALERT_FLAP_CHANGES", 3, minimum=2)
+ALERT_FLAP_WINDOW_SECONDS = env_int("ALERT_FLAP_WINDOW_SECONDS", 600, minimum=10)
+ALERT_WATCH_STALE_SECONDS = env_int("ALERT_WATCH_STALE_SECONDS", 60, minimum=10)
+ALERT_NKS_GRACE_POLLS = env_int("ALERT_NKS_GRACE_POLLS", 2, minimum=0)
+ALERT_NKS_STALE_POLLS = env_int("ALERT_NKS_STALE_POLLS", 3, minimum=1)
+ALERT_RESIZE_FAILED_HOURS = env_int("ALERT_RESIZE_FAILED_HOURS", 24, minimum=1)
 
 # --- Time -----------------------------------------------------------------------------------
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
@@ -311,6 +340,21 @@ if PRODUCTION:
             "Production needs DATABASE_URL (PostgreSQL) and REDIS_URL: SQLite and the "
             "filesystem broker cannot be shared between pods."
         )
+
+# --- NKS (NHN Kubernetes Service) -------------------------------------------------------------
+# Accounts are rows (admin or `add_nks_account`); their secrets never come from here.
+# Each account is polled this often; its data counts as stale after three missed polls.
+NKS_POLL_SECONDS = env_int("NKS_POLL_SECONDS", 30, minimum=5, maximum=3600)
+NKS_POLL_WORKERS = env_int("NKS_POLL_WORKERS", 32, minimum=1, maximum=256)
+NKS_HTTP_TIMEOUT = env_int("NKS_HTTP_TIMEOUT", 20, minimum=1, maximum=300)
+NKS_MAX_NODES_PER_NODEGROUP = env_int("NKS_MAX_NODES_PER_NODEGROUP", 10, minimum=1, maximum=1000)
+NKS_HEALTH_HISTORY_DAYS = env_int("NKS_HEALTH_HISTORY_DAYS", 7, minimum=1, maximum=366)
+# After a resize is sent, its progress is read back this often, for at most this long.
+NKS_RESIZE_FOLLOW_SECONDS = env_int("NKS_RESIZE_FOLLOW_SECONDS", 3, minimum=1, maximum=60)
+NKS_RESIZE_FOLLOW_MINUTES = env_int("NKS_RESIZE_FOLLOW_MINUTES", 30, minimum=1, maximum=24 * 60)
+# Retries of NKS reads (never of writes) and the first backoff; tests shorten them.
+NKS_HTTP_RETRIES = 3
+NKS_HTTP_BACKOFF = 0.5
 
 # --- Logging --------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
