@@ -310,6 +310,21 @@ class _translated_errors:
 
     def _translate(self, exc: BaseException) -> KubeError | None:
         server, action = self.server, self.action
+        if isinstance(exc, ApiException) and not exc.status:
+            # The SDK reports TLS failures as an ApiException with status 0.
+            reason = str(exc.reason or "")
+            if "SSL" in reason or "CERTIFICATE" in reason.upper():
+                return KubeError(
+                    f"TLS with the API server at {server} failed: its certificate is not "
+                    "trusted by the kubeconfig's certificate-authority, or the address does "
+                    f"not match it ({_first_line(Exception(reason.splitlines()[-1]))}).",
+                    kind="tls",
+                )
+            return KubeError(
+                f"The connection to the API server at {server} failed while trying to "
+                f"{action} ({_first_line(Exception(reason))}).",
+                kind="connection",
+            )
         if isinstance(exc, ApiException):
             message = _status_message(exc.body) or (exc.reason or "")
             return _error_for_status(exc.status, message[:300], action, server)

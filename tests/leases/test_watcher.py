@@ -319,3 +319,76 @@ def test_a_disabled_cluster_stops_its_watcher(apiserver: FakeApiServer) -> None:
         runner.thread.join(timeout=10)
         assert not runner.thread.is_alive()
     assert not KubeCluster.objects.get(pk=cluster.pk).connected
+
+
+@pytest.fixture
+def untrusted_tls_server(tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """An HTTPS server whose self-signed certificate no kubeconfig trusts."""
+    import shutil
+    import socket
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is needed to make a test certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=not-the-api-server",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                continue
+            try:
+                with context.wrap_socket(client, server_side=True):
+                    pass
+            except (ssl.SSLError, OSError):
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+
+
+def test_an_untrusted_certificate_is_reported_as_a_tls_problem(untrusted_tls_server: str) -> None:
+    kubeconfig = yaml.safe_dump(
+        kubeconfig_document(untrusted_tls_server, token=TOKEN, context_name="tls")
+    )
+    cluster, _ = register_kube_cluster("tls", kubeconfig=kubeconfig)
+    with RunningWatcher(cluster):
+        eventually(lambda: KubeCluster.objects.get(pk=cluster.pk).last_error)
+    error = KubeCluster.objects.get(pk=cluster.pk).last_error
+    assert error.startswith("TLS with the API server at 127.0.0.1:")
+    assert "certificate" in error and TOKEN not in error
