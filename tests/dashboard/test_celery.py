@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from celery.contrib.testing.worker import start_worker
+from celery.signals import task_postrun
 from django.db import connections
 
 from dashboard.celery import app
@@ -66,18 +67,21 @@ def _reset_connection_pool() -> None:
 
 @pytest.fixture
 def worker_closes_its_connections() -> Iterator[None]:
-    """Let the worker thread drop its connection after each task, as with CONN_MAX_AGE=0.
+    """Close the worker thread's database connection after each task.
 
-    Otherwise the thread's PostgreSQL session outlives the test and blocks the teardown
-    of the test database.
+    Otherwise the thread's PostgreSQL session outlives the test and blocks the teardown of
+    the test database (the `celery worker` command installs Django's fixup for this; the
+    in-process test worker does not).
     """
-    database = connections.settings["default"]
-    saved = database["CONN_MAX_AGE"]
-    database["CONN_MAX_AGE"] = 0
+
+    def close(**_: object) -> None:
+        connections.close_all()
+
+    task_postrun.connect(close, weak=False)
     try:
         yield
     finally:
-        database["CONN_MAX_AGE"] = saved
+        task_postrun.disconnect(close)
 
 
 @pytest.mark.django_db(transaction=True)
