@@ -143,3 +143,8 @@ def page(browser):  # type: ignore[no-untyped-def]
         yield page
     finally:
         context.close()
+        # The test body's ORM connection was opened while Playwright's loop ran; close it
+        # so the test database can be dropped at the end of the run.
+        from django.db import connections
+
+        connections.close_all()

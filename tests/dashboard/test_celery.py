@@ -63,6 +63,8 @@ def _reset_connection_pool() -> None:
     if app._pool is not None:
         app._pool.force_close_all()
         app._pool = None
+    # The producer pool wraps the connection pool; it must not keep the closed one.
+    app.amqp._producer_pool = None
 
 
 @pytest.fixture

@@ -21,7 +21,10 @@ def apiserver() -> Iterator[FakeApiServer]:
 
 
 def test_new_holder_appears_on_the_leases_page_without_a_reload(
-    live_server, page, django_user_model, apiserver: FakeApiServer  # type: ignore[no-untyped-def]
+    live_server,
+    page,
+    django_user_model,
+    apiserver: FakeApiServer,  # type: ignore[no-untyped-def]
 ) -> None:
     apiserver.store.apply_lease("kube-system", "kube-scheduler", leader_spec("master-0_first", 3))
     cluster = register(apiserver)
@@ -36,7 +39,9 @@ def test_new_holder_appears_on_the_leases_page_without_a_reload(
         expect(table).to_contain_text("master-0_first", timeout=10_000)
         page.evaluate("window.__still_the_same_page = true")
 
-        apiserver.store.apply_lease("kube-system", "kube-scheduler", leader_spec("master-1_second", 4))
+        apiserver.store.apply_lease(
+            "kube-system", "kube-scheduler", leader_spec("master-1_second", 4)
+        )
 
         expect(table).to_contain_text("master-1_second", timeout=15_000)
         assert page.evaluate("window.__still_the_same_page === true"), "the page was reloaded"
