@@ -470,10 +470,26 @@ class AutoscaleSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One node of a nodegroup, from the optional ``nodes`` list of a nodegroup's detail.
+
+    The guide's nodegroup answer lists only ``node_addresses`` (IPs); the node instance UUIDs
+    that ``nodes_to_remove`` takes are what the Compute API shows for the nodegroup's
+    instances. Answers that carry ``nodes: [{"uuid", "name", "address"}]`` (the fake NKS does)
+    let the dashboard offer the nodes by name; without it no node can be chosen.
+    """
+
+    uuid: str
+    name: str | None
+    address: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Nodegroup:
     """A nodegroup from the list (``detailed`` False) or from its own page (``detailed`` True).
 
     ``autoscale`` is read from the ``ca_*`` labels, which only the detail answer carries.
+    ``nodes`` is empty unless the answer carried the optional ``nodes`` list (see NodeInfo).
     """
 
     uuid: str
@@ -497,6 +513,7 @@ class Nodegroup:
     detailed: bool
     created_at: datetime | None
     updated_at: datetime | None
+    nodes: tuple[NodeInfo, ...] = ()
 
     @property
     def in_progress(self) -> bool:
@@ -625,7 +642,25 @@ def _parse_nodegroup(data: Mapping[str, Any], *, detailed: bool) -> Nodegroup:
         detailed=detailed,
         created_at=as_datetime(data.get("created_at")),
         updated_at=as_datetime(data.get("updated_at")),
+        nodes=_parse_nodes(data.get("nodes")),
     )
+
+
+def _parse_nodes(value: Any) -> tuple[NodeInfo, ...]:
+    if not isinstance(value, list):
+        return ()
+    nodes: list[NodeInfo] = []
+    for item in value:
+        if not isinstance(item, Mapping):
+            continue
+        uuid = as_text(item.get("uuid"))
+        if uuid:
+            nodes.append(
+                NodeInfo(
+                    uuid=uuid, name=as_text(item.get("name")), address=as_text(item.get("address"))
+                )
+            )
+    return tuple(nodes)
 
 
 def _parse_event(data: Mapping[str, Any]) -> ClusterEvent:

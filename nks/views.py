@@ -1,6 +1,192 @@
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+"""NKS pages: clusters, one cluster, one nodegroup (with the resize form), resize requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.utils import timezone
+from django.utils.functional import SimpleLazyObject
+from django.views.decorators.http import require_POST
+
+from dashboard.htmx import render_page
+from dashboard.services import can_change_clusters
+from nks.forms import ResizeFilterForm, ResizeForm
+from nks.models import NksNodegroup, ResizeRequest
+from nks.selectors import (
+    cluster_detail,
+    clusters_page,
+    expired_lease_names,
+    get_cluster,
+    get_nodegroup,
+    latest_resize_row,
+    nodegroup_detail,
+    poll_interval_text,
+    resize_audit,
+    resize_detail,
+)
+from nks.services import LeaseSourceError, ResizeConflict, request_resize, watch_cluster_leases
+
+# Seconds between refreshes of live regions; ages tick in between (static/js/dashboard.js).
+REFRESH_SECONDS = 10
+# A resize in flight is followed every few seconds.
+PROGRESS_REFRESH_SECONDS = 2
 
 
 def cluster_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "nks/cluster_list.html")
+    return render_page(
+        request,
+        "nks/cluster_list.html",
+        {
+            "page": clusters_page(timezone.now()),
+            "refresh_seconds": REFRESH_SECONDS,
+            "poll_interval": poll_interval_text(),
+        },
+    )
+
+
+def cluster_page(request: HttpRequest, uuid: str) -> HttpResponse:
+    detail = cluster_detail(uuid, timezone.now())
+    if detail is None:
+        raise Http404("No such NKS cluster")
+    return render_page(
+        request,
+        "nks/cluster_detail.html",
+        {
+            "detail": detail,
+            "can_change": can_change_clusters(request.user),
+            "refresh_seconds": REFRESH_SECONDS,
+        },
+    )
+
+
+@require_POST
+def watch_leases(request: HttpRequest, uuid: str) -> HttpResponse:
+    if not can_change_clusters(request.user):
+        raise PermissionDenied("Adding a Lease source needs the operators group.")
+    cluster = get_cluster(uuid)
+    if cluster is None:
+        raise Http404("No such NKS cluster")
+    try:
+        source = watch_cluster_leases(cluster.pk)
+    except LeaseSourceError as error:
+        messages.error(request, str(error))
+    else:
+        if source.created:
+            messages.success(
+                request,
+                f"{cluster.name} is now watched for Leases as {source.kube_cluster.name}; a "
+                "watch worker connects within seconds.",
+            )
+        else:
+            messages.info(
+                request, f"{cluster.name} is already watched for Leases as {source.kube_cluster}."
+            )
+    return redirect("nks:cluster", uuid=uuid)
+
+
+def _nodegroup_or_404(uuid: str, name: str) -> NksNodegroup:
+    nodegroup = get_nodegroup(uuid, name)
+    if nodegroup is None:
+        raise Http404("No such nodegroup")
+    return nodegroup
+
+
+def _render_nodegroup(
+    request: HttpRequest,
+    nodegroup: NksNodegroup,
+    form: ResizeForm | None,
+    *,
+    status: int = 200,
+    conflict: ResizeRequest | None = None,
+) -> HttpResponse:
+    now = timezone.now()
+    context: dict[str, Any] = {
+        # Lazy: the 2-second progress refresh renders only its region.
+        "detail": SimpleLazyObject(lambda: nodegroup_detail(nodegroup, now)),
+        "progress": SimpleLazyObject(lambda: latest_resize_row(nodegroup, now)),
+        "nodegroup": nodegroup,
+        "cluster": nodegroup.cluster,
+        "form": form,
+        "conflict": conflict,
+        "can_change": can_change_clusters(request.user),
+        "refresh_seconds": REFRESH_SECONDS,
+        "progress_seconds": PROGRESS_REFRESH_SECONDS,
+    }
+    response = render_page(request, "nks/nodegroup_detail.html", context)
+    response.status_code = status
+    return response
+
+
+def nodegroup_page(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
+    nodegroup = _nodegroup_or_404(uuid, name)
+    form = None
+    if can_change_clusters(request.user) and not request.htmx:
+        form = ResizeForm(
+            nodegroup=nodegroup, expired_nodes=expired_lease_names(nodegroup, timezone.now())
+        )
+    return _render_nodegroup(request, nodegroup, form)
+
+
+@require_POST
+def resize(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
+    if not can_change_clusters(request.user):
+        raise PermissionDenied("Resizing nodegroups needs the operators group.")
+    nodegroup = _nodegroup_or_404(uuid, name)
+    form = ResizeForm(
+        request.POST,
+        nodegroup=nodegroup,
+        expired_nodes=expired_lease_names(nodegroup, timezone.now()),
+    )
+    if not form.is_valid():
+        return _render_nodegroup(request, nodegroup, form, status=400)
+    try:
+        created = request_resize(
+            user=request.user,
+            nodegroup=nodegroup,
+            node_count=form.cleaned_data["node_count"],
+            nodes_to_remove=form.cleaned_data.get("nodes_to_remove") or [],
+            reason=form.cleaned_data["reason"],
+        )
+    except ResizeConflict as conflict:
+        form.add_error(None, conflict.message)
+        return _render_nodegroup(request, nodegroup, form, status=409, conflict=conflict.request)
+    messages.success(
+        request,
+        f"Resize #{created.pk} of {nodegroup.name} ({created.from_count} → {created.to_count} "
+        "nodes) is queued; this page follows it.",
+    )
+    return redirect("nks:resize_detail", pk=created.pk)
+
+
+def resize_page(request: HttpRequest, pk: int) -> HttpResponse:
+    resize_request = get_object_or_404(
+        ResizeRequest.objects.select_related("cluster", "nodegroup", "event"), pk=pk
+    )
+    return render_page(
+        request,
+        "nks/resize_detail.html",
+        {
+            "detail": resize_detail(resize_request, timezone.now()),
+            "progress_seconds": PROGRESS_REFRESH_SECONDS,
+        },
+    )
+
+
+def resize_list(request: HttpRequest) -> HttpResponse:
+    form = ResizeFilterForm(request.GET)
+    form.is_valid()  # an unknown outcome is reported; the other filters still apply
+    filters = form.filters()
+    return render_page(
+        request,
+        "nks/resize_list.html",
+        {
+            "form": form,
+            "filters": filters,
+            "audit": resize_audit(filters, timezone.now()),
+            "refresh_seconds": REFRESH_SECONDS,
+        },
+    )

@@ -575,6 +575,12 @@ class FakeNksState:
                         "labels": dict(group.labels),
                         "links": self._links(f"clusters/{cluster.uuid}/nodegroups/{group.uuid}"),
                         "node_addresses": [node.address for node in group.nodes],
+                        # Not in the guide: the instances behind the nodes, as the Compute API
+                        # lists them, so the dashboard can offer nodes_to_remove by name.
+                        "nodes": [
+                            {"uuid": node.uuid, "name": node.name, "address": node.address}
+                            for node in group.nodes
+                        ],
                         "project_id": cluster.project_id or self.tenant_id,
                         "status_reason": group.status_reason,
                         "updated_at": iso_time(group.updated_at),

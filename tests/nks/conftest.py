@@ -5,6 +5,7 @@ Backoff and timeouts are tiny so retries cost milliseconds, not seconds.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -49,3 +50,46 @@ def make_client(fake_nks: FakeNks) -> Iterator[Callable[..., NksClient]]:
 @pytest.fixture
 def nks_client(make_client: Callable[..., NksClient]) -> NksClient:
     return make_client()
+
+
+# --- The dashboard side: accounts, polls and resizes over real HTTP -----------------------------
+
+
+@pytest.fixture
+def nks_settings(settings: Any) -> Iterator[Any]:
+    """Fast HTTP settings for the poller and resize tasks; forgets cached clients afterwards."""
+    from nks.poller import forget_clients
+
+    # Locks of parallel test runs must not meet in a shared Redis.
+    settings.CACHES = {
+        **settings.CACHES,
+        "locks": {**settings.CACHES["locks"], "KEY_PREFIX": f"test-nks-{uuid.uuid4().hex}"},
+    }
+    settings.NKS_HTTP_TIMEOUT = 2
+    settings.NKS_HTTP_RETRIES = 2
+    settings.NKS_HTTP_BACKOFF = 0.01
+    settings.NKS_POLL_WORKERS = 8
+    settings.NKS_RESIZE_FOLLOW_SECONDS = 1
+    forget_clients()
+    yield settings
+    forget_clients()
+
+
+@pytest.fixture
+def nks_account(fake_nks: FakeNks, nks_settings: Any, db: None) -> Any:
+    """The fake's demo account, registered with identity credentials (not polled yet)."""
+    from nks.services import register_nks_account
+
+    account, _ = register_nks_account("demo", api_url=fake_nks.url, **fake_nks.credentials())
+    return account
+
+
+@pytest.fixture
+def polled(nks_account: Any) -> Any:
+    """The demo account, polled once."""
+    from nks.poller import poll_account
+
+    result = poll_account(nks_account.pk)
+    assert result.ok, result.error
+    nks_account.refresh_from_db()
+    return nks_account

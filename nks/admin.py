@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from nks.forms import NksAccountForm
+from nks.models import NksAccount, NksCluster, NksEvent, NksNodegroup, ResizeRequest
+from nks.services import give_up_resize
+
+POLL_STATUS_FIELDS = (
+    "last_poll_at",
+    "last_success_at",
+    "last_poll_seconds",
+    "last_poll_calls",
+    "last_error",
+    "last_error_kind",
+    "last_error_at",
+    "consecutive_failures",
+    "polls_total",
+    "poll_failures_total",
+    "next_poll_at",
+)
+
+
+@admin.register(NksAccount)
+class NksAccountAdmin(admin.ModelAdmin):
+    """Accounts; the password and token are write-only (never rendered back)."""
+
+    form = NksAccountForm
+    list_display = ("name", "enabled", "api_url", "last_success_at", "consecutive_failures")
+    list_filter = ("enabled",)
+    search_fields = ("name", "api_url")
+    readonly_fields = POLL_STATUS_FIELDS
+    fieldsets = (
+        (None, {"fields": ("name", "enabled", "api_url")}),
+        (
+            "Identity credentials",
+            {"fields": ("identity_url", "tenant_id", "username", "password")},
+        ),
+        ("Or a fixed token", {"fields": ("token", "clear_token")}),
+        ("Polling", {"fields": POLL_STATUS_FIELDS}),
+    )
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Observed data: NKS owns it, so admin only shows it."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(NksCluster)
+class NksClusterAdmin(ReadOnlyAdmin):
+    list_display = ("name", "account", "status", "health", "health_status", "polled_at", "gone_at")
+    list_filter = ("account", "health", "freshness")
+    search_fields = ("name", "uuid")
+    list_select_related = ("account",)
+
+
+@admin.register(NksNodegroup)
+class NksNodegroupAdmin(ReadOnlyAdmin):
+    list_display = ("name", "cluster", "status", "node_count", "ready", "not_ready", "gone_at")
+    search_fields = ("name", "uuid", "cluster__name")
+    list_select_related = ("cluster",)
+
+
+@admin.register(NksEvent)
+class NksEventAdmin(ReadOnlyAdmin):
+    list_display = ("type", "state", "resource_name", "cluster", "nks_created_at")
+    list_filter = ("state", "type")
+    list_select_related = ("cluster",)
+
+
+@admin.register(ResizeRequest)
+class ResizeRequestAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "nodegroup_name",
+        "cluster",
+        "from_count",
+        "to_count",
+        "username",
+        "state",
+        "created_at",
+    )
+    list_filter = ("state", "source")
+    search_fields = ("nodegroup_name", "username", "reason")
+    list_select_related = ("cluster",)
+    actions = ("give_up",)
+
+    @admin.action(description="Give up following (mark failed)")
+    def give_up(self, request: HttpRequest, queryset: QuerySet[ResizeRequest]) -> None:
+        stopped = sum(
+            give_up_resize(pk, request.user.get_username())
+            for pk in queryset.values_list("pk", flat=True)
+        )
+        self.message_user(request, f"Stopped following {stopped} request(s).", messages.SUCCESS)

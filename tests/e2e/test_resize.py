@@ -1,0 +1,136 @@
+"""An operator resizes a nodegroup in Chromium and watches it succeed without reloading.
+
+The whole path runs for real: the form posts to the live server, the request is queued on the
+broker after the commit, a Celery worker (in this process, on a broker of its own) claims it
+and calls the fake NKS once, then follows it up every second; the request page's HTMX refresh
+shows each state as the worker records it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+from celery.signals import task_postrun
+from django.contrib.auth.models import Group
+from django.db import connections
+
+from dashboard.celery import app
+from nks.fake_api import FakeNks
+from nks.models import NksCluster, ResizeRequest, ResizeState
+from nks.poller import forget_clients, poll_account
+from nks.services import register_nks_account
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _reset_broker_connections() -> None:
+    # Pools hold connections made with the old transport options.
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    app.amqp._producer_pool = None
+
+
+@pytest.fixture
+def private_broker(tmp_path: Path) -> Iterator[None]:
+    """A broker no other test (or `make run`) shares: a folder, or a Redis key prefix."""
+    saved = app.conf.broker_transport_options
+    if app.conf.broker_url.startswith("filesystem"):
+        folder = tmp_path / "queue"
+        folder.mkdir()
+        options = {**saved, "data_folder_in": str(folder), "data_folder_out": str(folder)}
+    else:
+        options = {**saved, "global_keyprefix": f"e2e-{uuid.uuid4().hex}:"}
+    app.conf.broker_transport_options = options
+    _reset_broker_connections()
+    try:
+        yield
+    finally:
+        app.conf.broker_transport_options = saved
+        _reset_broker_connections()
+
+
+@pytest.fixture
+def celery_worker(private_broker: None) -> Iterator[None]:
+    def close(**_: object) -> None:
+        # The worker thread's connection must not outlive the test database.
+        connections.close_all()
+
+    task_postrun.connect(close, weak=False)
+    try:
+        with start_worker(
+            app, pool="solo", perform_ping_check=False, queues=["default"], loglevel="WARNING"
+        ):
+            yield
+    finally:
+        task_postrun.disconnect(close)
+
+
+@pytest.fixture
+def fast_nks(settings: Any) -> Iterator[FakeNks]:
+    settings.NKS_HTTP_TIMEOUT = 5
+    settings.NKS_HTTP_BACKOFF = 0.05
+    settings.NKS_RESIZE_FOLLOW_SECONDS = 1
+    settings.CACHES = {
+        **settings.CACHES,
+        "locks": {**settings.CACHES["locks"], "KEY_PREFIX": f"e2e-{uuid.uuid4().hex}"},
+    }
+    forget_clients()
+    with FakeNks(scenario="demo", resize_delay=1.5) as fake:
+        yield fake
+    forget_clients()
+
+
+@pytest.fixture
+def closes_its_connections() -> Iterator[None]:
+    yield
+    # The test body's connection is its own while Playwright runs: close it, or it outlives
+    # the test database.
+    connections.close_all()
+
+
+def test_an_operator_resizes_a_nodegroup_and_sees_it_succeed_live(
+    live_server: Any,
+    page: Any,
+    django_user_model: Any,
+    fast_nks: FakeNks,
+    celery_worker: None,
+    closes_its_connections: None,
+) -> None:
+    operator = django_user_model.objects.create_user("olivia", password="operator-pass-123")
+    operator.groups.add(Group.objects.get(name="operators"))
+    account, _ = register_nks_account("demo", api_url=fast_nks.url, **fast_nks.credentials())
+    assert poll_account(account.pk).ok
+    cluster = NksCluster.objects.get(name="prod-api")
+
+    page.goto(f"{live_server.url}/clusters/{cluster.uuid}/nodegroups/default-worker/")
+    page.fill("#id_username", "olivia")
+    page.fill("#id_password", "operator-pass-123")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#id_node_count")
+    assert page.input_value("#id_node_count") == "3"
+    page.fill("#id_node_count", "4")
+    page.fill("#id_reason", "more capacity for the launch")
+    page.click("button.primary")
+
+    page.wait_for_url("**/clusters/resizes/*/")
+    request = ResizeRequest.objects.get()
+    assert page.url.endswith(f"/clusters/resizes/{request.pk}/")
+    # Marks this page load: a reload (or a navigation) would drop it.
+    page.evaluate("window.__sameDocument = true")
+    page.wait_for_selector('[data-resize-state="succeeded"]', timeout=20_000)
+    assert page.evaluate("window.__sameDocument === true"), "it updated without a reload"
+    assert page.locator(".steps li.done").count() == 5
+
+    request.refresh_from_db()
+    assert request.state == ResizeState.SUCCEEDED and request.event is not None
+    assert request.username == "olivia" and request.reason == "more capacity for the launch"
+    posts = fast_nks.requests_seen(r"/v1/clusters/[^/]+/actions/resize", method="POST")
+    assert len(posts) == 1 and posts[0].body["node_count"] == 4
+    with fast_nks.state.lock:
+        assert fast_nks.state.find_cluster("prod-api").nodegroups[0].node_count == 4
