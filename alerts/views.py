@@ -1,6 +1,155 @@
-from django.http import HttpRequest, HttpResponse
+"""Alerts pages: incidents (open first), one incident with its timeline, actions, one's mail."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from alerts import services
+from alerts.forms import IncidentFilterForm, SilenceForm, SubscriptionForm
+from alerts.models import Severity
+from alerts.selectors import (
+    IncidentFilters,
+    incident_detail,
+    incident_exists,
+    incident_tables,
+    subscription_of,
+)
+from dashboard.htmx import render_page
+from leases.views import REFRESH_SECONDS
 
 
 def incident_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "alerts/incident_list.html")
+    form = IncidentFilterForm(request.GET)
+    form.is_valid()  # invalid parameters are shown as errors; the valid ones still apply
+    filters = IncidentFilters(**form.filters())
+    return render_page(
+        request,
+        "alerts/incident_list.html",
+        {
+            "form": form,
+            "filters": filters,
+            "tables": incident_tables(filters, timezone.now()),
+            "refresh_seconds": REFRESH_SECONDS,
+        },
+    )
+
+
+def incident_page(request: HttpRequest, incident_id: int) -> HttpResponse:
+    detail = incident_detail(incident_id, timezone.now())
+    if detail is None:
+        raise Http404("No such incident")
+    return render_page(
+        request,
+        "alerts/incident_detail.html",
+        {"detail": detail, "silence_form": SilenceForm(), "refresh_seconds": REFRESH_SECONDS},
+    )
+
+
+def _back(request: HttpRequest, incident_id: int) -> HttpResponse:
+    """See other: the page the action came from, or the incident. htmx follows it and gets
+    the region it targets, since render_page answers by HX-Target."""
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = reverse("alerts:incident", args=[incident_id])
+    response = HttpResponseRedirect(target)
+    response.status_code = 303
+    return response
+
+
+def _tell(request: HttpRequest, level: int, text: str) -> None:
+    # htmx swaps a region only; a message would surface on some later page, out of context.
+    if not request.htmx:
+        messages.add_message(request, level, text)
+
+
+def _require_incident(incident_id: int) -> None:
+    if not incident_exists(incident_id):
+        raise Http404("No such incident")
+
+
+@require_POST
+def acknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
+    _require_incident(incident_id)
+    if services.acknowledge_incident(incident_id, request.user):
+        _tell(request, messages.SUCCESS, "Acknowledged: no more reminders for this incident.")
+    else:
+        _tell(request, messages.INFO, "Already acknowledged, or no longer open.")
+    return _back(request, incident_id)
+
+
+@require_POST
+def unacknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
+    _require_incident(incident_id)
+    if services.unacknowledge_incident(incident_id, request.user):
+        _tell(request, messages.SUCCESS, "Acknowledgement withdrawn: reminders resume.")
+    return _back(request, incident_id)
+
+
+@require_POST
+def silence(request: HttpRequest, incident_id: int) -> HttpResponse:
+    _require_incident(incident_id)
+    form = SilenceForm(request.POST)
+    if not form.is_valid():
+        _tell(request, messages.ERROR, "Choose how long to silence it for.")
+        return _back(request, incident_id)
+    ends = services.silence_incident(
+        incident_id, request.user, form.duration_delta(), form.cleaned_data["reason"]
+    ).ends_at
+    _tell(
+        request,
+        messages.SUCCESS,
+        f"Silenced until {timezone.localtime(ends):%Y-%m-%d %H:%M %Z}: no mail about it, "
+        "nor about new incidents of the same kind and object, until then.",
+    )
+    return _back(request, incident_id)
+
+
+@require_POST
+def unsilence(request: HttpRequest, incident_id: int) -> HttpResponse:
+    _require_incident(incident_id)
+    if services.end_silence(incident_id, request.user):
+        _tell(request, messages.SUCCESS, "Silence ended: mail about it resumes.")
+    return _back(request, incident_id)
+
+
+def subscription(request: HttpRequest) -> HttpResponse:
+    current = subscription_of(request.user)
+    if request.method == "POST":
+        form = SubscriptionForm(request.POST)
+        if form.is_valid():
+            services.update_subscription(
+                request.user,
+                enabled=form.cleaned_data["enabled"],
+                min_severity=Severity(form.cleaned_data["min_severity"]),
+                email=form.cleaned_data["email"],
+            )
+            messages.success(request, "Your alert e-mail settings are saved.")
+            response = HttpResponseRedirect(reverse("alerts:subscription"))
+            response.status_code = 303
+            return response
+    else:
+        form = SubscriptionForm(
+            initial={
+                "enabled": current.enabled if current else False,
+                "min_severity": current.min_severity if current else Severity.WARNING,
+                "email": request.user.email,  # type: ignore[union-attr]
+            }
+        )
+    return render(
+        request,
+        "alerts/subscription.html",
+        {
+            "form": form,
+            "subscription": current,
+            "team_addresses": settings.ALERT_EMAIL_TO,
+        },
+    )

@@ -1,0 +1,336 @@
+"""Rules over Kubernetes Leases and their watchers (see `alerts.conditions` for the contract)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.db.models import Count, Max, Min
+from django.urls import reverse
+
+from alerts.conditions import (
+    MAX_ITEMS,
+    Condition,
+    RuleContext,
+    RuleOutcome,
+    fact,
+    seconds_text,
+    time_fact,
+)
+from alerts.models import Rule
+from leases.models import WATCHER_STALE_AFTER, KubeCluster, Lease, LeaseClass, LeaseTransition
+from leases.selectors import lease_url
+
+# Lease classes whose expiry means a leader is gone. API server identity leases expire
+# whenever an API server is replaced, which is routine.
+LEADER_CLASSES = (LeaseClass.CONTROL_PLANE, LeaseClass.LEADER_ELECTION)
+
+
+def kube_clusters() -> dict[int, KubeCluster]:
+    return {cluster.pk: cluster for cluster in KubeCluster.objects.defer("kubeconfig")}
+
+
+def stale_kube_cluster_names(now: datetime) -> set[str]:
+    """Enabled clusters whose watcher is not writing: their lease data is not current."""
+    return {cluster.name for cluster in kube_clusters().values() if cluster.is_stale(now)}
+
+
+def _lease_parts(key: str) -> tuple[str, str]:
+    """(namespace, name) from `<rule>:<cluster>/<namespace>/<name>`."""
+    _, _, where = key.partition(":")
+    _, _, lease = where.partition("/")
+    namespace, _, name = lease.partition("/")
+    return namespace, name
+
+
+# --- lease_expired ---------------------------------------------------------------------------
+
+
+def lease_expired(ctx: RuleContext) -> RuleOutcome:
+    """A leader-election or control-plane lease with a holder expired longer than its grace.
+
+    Grace: the rule's ``grace_seconds``, or by default one more ``leaseDurationSeconds`` of
+    the lease (other candidates could have taken it over by then, and none did). Resolves
+    when the lease is renewed (by anyone), released, or deleted.
+    """
+    now, outcome = ctx.now, RuleOutcome()
+    fixed_grace = ctx.config.grace_seconds
+    if fixed_grace is None:
+        fixed_grace = settings.ALERT_LEASE_GRACE_SECONDS
+    clusters = kube_clusters()
+    prefix = reverse("leases:index")
+    rows = (
+        Lease.objects.live()
+        .filter(lease_class__in=LEADER_CLASSES, cluster__enabled=True, expires_at__lte=now)
+        .exclude(holder="")
+        .values(
+            "cluster_id",
+            "namespace",
+            "name",
+            "holder",
+            "renew_time",
+            "expires_at",
+            "lease_duration_seconds",
+            "lease_class",
+        )
+    )
+    for row in rows:
+        cluster = clusters[row["cluster_id"]].name
+        if cluster in ctx.stale_kube_clusters:
+            continue
+        duration = row["lease_duration_seconds"] or 0
+        grace = timedelta(seconds=duration if fixed_grace is None else fixed_grace)
+        expires_at: datetime = row["expires_at"]
+        if expires_at + grace > now:
+            continue
+        where = f"{row['namespace']}/{row['name']}"
+        outcome.add(
+            Condition(
+                key=f"{Rule.LEASE_EXPIRED}:{cluster}/{where}",
+                title=f"{where} lease expired",
+                cluster=cluster,
+                since=expires_at,
+                hold=grace,
+                link=lease_url(prefix, cluster, row["namespace"], row["name"]),
+                details={
+                    "facts": [
+                        fact("Lease", where),
+                        fact("Class", LeaseClass(row["lease_class"]).label),
+                        fact("Holder (last renewed by)", row["holder"]),
+                        time_fact("Last renewed", row["renew_time"]),
+                        fact("Lease duration", f"{duration} s"),
+                        time_fact("Expired at", expires_at),
+                        fact("Grace before alerting", seconds_text(grace.total_seconds())),
+                    ],
+                    "holder": row["holder"],
+                },
+            )
+        )
+    ctx.freeze_clusters(outcome, ctx.stale_kube_clusters)
+    by_name = {cluster.name: cluster for cluster in clusters.values()}
+    for incident in ctx.ending(outcome):
+        cluster = by_name.get(incident.cluster)
+        namespace, name = _lease_parts(incident.key)
+        lease = (
+            Lease.objects.filter(cluster=cluster, namespace=namespace, name=name).first()
+            if cluster is not None
+            else None
+        )
+        if cluster is None:
+            note = "the cluster was removed from the dashboard"
+        elif not cluster.enabled:
+            note = "the cluster was disabled: its leases are no longer watched"
+        elif lease is None or lease.deleted_at is not None:
+            note = "the lease was deleted"
+        elif not lease.holder:
+            note = "the lease was released (no holder)"
+        elif lease.holder == incident.details.get("holder"):
+            note = f"renewed by {lease.holder}"
+        else:
+            note = f"taken over by {lease.holder}"
+        outcome.notes[incident.key] = note
+    return outcome
+
+
+# --- lease_flapping --------------------------------------------------------------------------
+
+
+def lease_flapping(ctx: RuleContext) -> RuleOutcome:
+    """``threshold`` or more holder changes within ``window_seconds``: one incident per lease.
+
+    The Leases page's definition of flapping (`leases.selectors.flapping_lease_ids`): only
+    changes the watcher saw count, one per transition row; `missed` changes happened at
+    unknown times. The window and threshold are configurable here, hence the query of its
+    own. With hysteresis: an open incident stays open while any change happened within the
+    window and resolves only after a whole window without one, so it neither re-opens on
+    every change nor flickers when the count dips under the threshold between changes.
+    """
+    now, outcome = ctx.now, RuleOutcome()
+    threshold = ctx.config.threshold or settings.ALERT_FLAP_CHANGES
+    window = timedelta(seconds=ctx.config.window_seconds or settings.ALERT_FLAP_WINDOW_SECONDS)
+    clusters = kube_clusters()
+    changes = {
+        row["lease_id"]: row
+        for row in LeaseTransition.objects.filter(
+            observed_at__gt=now - window,
+            lease__deleted_at__isnull=True,
+            lease__cluster__enabled=True,
+        )
+        .values("lease_id")
+        .annotate(changes=Count("id"), first=Min("observed_at"), last=Max("observed_at"))
+        .order_by()
+    }
+    leases = Lease.objects.filter(pk__in=list(changes)).values(
+        "id", "cluster_id", "namespace", "name", "holder"
+    )
+    prefix = reverse("leases:index")
+    window_text = seconds_text(window.total_seconds())
+    for lease in leases:
+        cluster = clusters[lease["cluster_id"]].name
+        if cluster in ctx.stale_kube_clusters:
+            continue
+        where = f"{lease['namespace']}/{lease['name']}"
+        key = f"{Rule.LEASE_FLAPPING}:{cluster}/{where}"
+        row = changes[lease["id"]]
+        if row["changes"] < threshold and key not in ctx.unresolved:
+            continue
+        outcome.add(
+            Condition(
+                key=key,
+                title=f"{where} lease is flapping",
+                cluster=cluster,
+                since=row["first"],
+                link=lease_url(prefix, cluster, lease["namespace"], lease["name"]),
+                details={
+                    "facts": [
+                        fact("Lease", where),
+                        fact("Holder changes", f"{row['changes']} in the last {window_text}"),
+                        fact("Current holder", lease["holder"] or "nobody (released)"),
+                        time_fact("Last change", row["last"]),
+                        fact(
+                            "Rule",
+                            f"opens at {threshold} changes within {window_text}; resolves "
+                            f"after {window_text} without a change",
+                        ),
+                    ],
+                },
+            )
+        )
+    ctx.freeze_clusters(outcome, ctx.stale_kube_clusters)
+    for incident in ctx.ending(outcome):
+        outcome.notes[incident.key] = f"no holder change for {window_text}"
+    return outcome
+
+
+# --- node_heartbeats_expired -----------------------------------------------------------------
+
+
+def node_heartbeats_expired(ctx: RuleContext) -> RuleOutcome:
+    """Node leases expired (longer than the grace): one incident per cluster, not per node.
+
+    The incident lists the nodes and is updated as nodes stop and resume heart-beating, so a
+    storm of 500 expiring node leases is one incident and one e-mail. ``threshold`` is the
+    least number of nodes that opens it (default 1).
+    """
+    now, outcome = ctx.now, RuleOutcome()
+    grace = timedelta(
+        seconds=settings.ALERT_NODE_GRACE_SECONDS
+        if ctx.config.grace_seconds is None
+        else ctx.config.grace_seconds
+    )
+    minimum = ctx.config.threshold or 1
+    clusters = kube_clusters()
+    expired: dict[int, list[tuple[str, datetime]]] = defaultdict(list)
+    rows = (
+        Lease.objects.live()
+        .filter(
+            lease_class=LeaseClass.NODE_HEARTBEAT,
+            cluster__enabled=True,
+            expires_at__lte=now - grace,
+        )
+        .exclude(holder="")
+        .order_by("cluster_id", "name")
+        .values_list("cluster_id", "name", "expires_at")
+    )
+    for cluster_id, name, expires_at in rows:
+        expired[cluster_id].append((name, expires_at))
+    prefix = reverse("leases:index")
+    for cluster_id, nodes in expired.items():
+        cluster = clusters[cluster_id].name
+        if cluster in ctx.stale_kube_clusters or len(nodes) < minimum:
+            continue
+        first = min(expires_at for _, expires_at in nodes)
+        count = len(nodes)
+        query = urlencode(
+            {"cluster": cluster, "state": "expired", "class": LeaseClass.NODE_HEARTBEAT.value}
+        )
+        outcome.add(
+            Condition(
+                key=f"{Rule.NODE_HEARTBEATS_EXPIRED}:{cluster}",
+                title=f"{count} {'node' if count == 1 else 'nodes'} stopped heart-beating",
+                cluster=cluster,
+                since=first,
+                hold=grace,
+                link=f"{prefix}?{query}",
+                details={
+                    "facts": [
+                        fact("Nodes not heart-beating", count),
+                        time_fact("First node lease expired at", first),
+                        fact("Grace past expiry", seconds_text(grace.total_seconds())),
+                    ],
+                    "items_label": "Nodes whose lease in kube-node-lease expired",
+                    "items": [name for name, _ in nodes[:MAX_ITEMS]],
+                    "items_total": count,
+                },
+            )
+        )
+    ctx.freeze_clusters(outcome, ctx.stale_kube_clusters)
+    names = {cluster.name for cluster in clusters.values()}
+    for incident in ctx.ending(outcome):
+        outcome.notes[incident.key] = (
+            "every node is heart-beating again"
+            if incident.cluster in names
+            else "the cluster was removed from the dashboard"
+        )
+    return outcome
+
+
+# --- source_stale: Lease watchers ------------------------------------------------------------
+
+WATCH_PREFIX = f"{Rule.SOURCE_STALE}:watch:"
+
+
+def watchers_stale(ctx: RuleContext, outcome: RuleOutcome, threshold: timedelta) -> None:
+    """An enabled cluster whose watcher has written nothing (or is not connected) too long."""
+    now = ctx.now
+    link = reverse("leases:clusters")
+    names = set()
+    for cluster in kube_clusters().values():
+        names.add(cluster.name)
+        if not cluster.enabled or not cluster.is_stale(now):
+            continue
+        since: datetime | None
+        if cluster.last_flush_at is None:
+            since, state = cluster.created_at, "its watcher has never written any data"
+        elif now - cluster.last_flush_at > WATCHER_STALE_AFTER:
+            since, state = cluster.last_flush_at, "its watcher has written nothing since"
+        else:
+            # Not connected while its flush loop still runs: the stream is down and being
+            # retried. When that started is not recorded, so the first evaluation counts.
+            since, state = None, "its watcher is not connected to the API server"
+        outcome.add(
+            Condition(
+                key=f"{WATCH_PREFIX}{cluster.name}",
+                title="lease watcher is not receiving data",
+                cluster=cluster.name,
+                since=since,
+                hold=threshold,
+                link=link,
+                details={
+                    "facts": [
+                        fact("Source", f"Lease watcher of cluster {cluster.name}"),
+                        fact("State", state),
+                        fact("Connected", "yes" if cluster.connected else "no"),
+                        time_fact("Last write", cluster.last_flush_at),
+                        time_fact("Last watch event", cluster.last_event_at),
+                        fact("Last error", cluster.last_error or "none recorded"),
+                        fact(
+                            "Meanwhile",
+                            "lease alerts of this cluster are neither opened nor resolved",
+                        ),
+                    ],
+                },
+            )
+        )
+    for incident in ctx.ending(outcome):
+        if not incident.key.startswith(WATCH_PREFIX):
+            continue
+        if incident.cluster not in names:
+            note = "the cluster was removed from the dashboard"
+        elif not KubeCluster.objects.filter(name=incident.cluster, enabled=True).exists():
+            note = "the cluster was disabled: it is no longer watched"
+        else:
+            note = "the watcher is writing current data again"
+        outcome.notes[incident.key] = note

@@ -1,0 +1,223 @@
+"""Alert e-mails: subjects, plain-text and HTML bodies, and the message to send.
+
+Lease names, holders and NKS strings are written by whoever runs a client in the cluster, so
+they are data: control characters and line breaks are stripped from the subject (the only
+header untrusted text ever reaches) and shown as visible escapes in bodies; the HTML body is
+rendered with autoescaping. Every other header comes from our ids and settings.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parseaddr
+from typing import Any
+
+from django.conf import settings
+from django.core.mail import EmailMultiAlternatives
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from alerts.models import (
+    DeliveryState,
+    Incident,
+    Notification,
+    NotificationKind,
+    severity_rank,
+)
+from leases.selectors import format_duration, iso_utc
+
+SUBJECT_LIMIT = 200
+VALUE_LIMIT = 300
+ITEMS_IN_MAIL = 50
+TAGS = {
+    NotificationKind.OPENED: "FIRING",
+    NotificationKind.RESOLVED: "RESOLVED",
+    NotificationKind.REMINDER: "REMINDER",
+}
+_INVISIBLE = {"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"}
+
+
+def clean_header_text(text: str, limit: int = SUBJECT_LIMIT) -> str:
+    """One line of printable text: control, format and separator characters become spaces."""
+    cleaned = "".join(
+        " " if unicodedata.category(character) in _INVISIBLE else character for character in text
+    )
+    single = " ".join(cleaned.split())
+    return single if len(single) <= limit else single[: limit - 1] + "…"
+
+
+def visible(text: object, limit: int = VALUE_LIMIT) -> str:
+    """Untrusted text for a mail body: control characters shown as escapes, length capped."""
+    raw = "" if text is None else str(text)
+    if len(raw) > limit:
+        raw = raw[: limit - 1] + "…"
+    out = []
+    for character in raw:
+        if unicodedata.category(character) in _INVISIBLE:
+            code = ord(character)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(character)
+    return "".join(out)
+
+
+def absolute(path: str) -> str:
+    if not path:
+        return ""
+    if path.startswith(("http://", "https://")):
+        return path
+    return f"{settings.DASHBOARD_URL}{path}"
+
+
+def moment_text(moment: datetime | None) -> str:
+    """UTC, plus the local time when TIME_ZONE is not UTC."""
+    if moment is None:
+        return "never"
+    text = f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    if settings.TIME_ZONE != "UTC":
+        local = timezone.localtime(moment)
+        text += f" ({local:%Y-%m-%d %H:%M:%S} {local.tzname()})"
+    return text
+
+
+def _fact_text(item: dict[str, Any], now: datetime) -> str:
+    at = item.get("at")
+    if at:
+        moment = parse_datetime(str(at))
+        if moment is not None:
+            ago = format_duration((now - moment).total_seconds())
+            return f"{moment_text(moment)}, {ago} ago" if moment <= now else moment_text(moment)
+    return visible(item.get("text", ""))
+
+
+def sort_incidents(incidents: Sequence[Incident]) -> list[Incident]:
+    return sorted(incidents, key=lambda i: (-severity_rank(i.severity), i.since, i.pk))
+
+
+def incident_context(incident: Incident, now: datetime) -> dict[str, Any]:
+    details = incident.details or {}
+    items = [visible(name, 100) for name in details.get("items", [])]
+    total = int(details.get("items_total", len(items)) or 0)
+    shown = items[:ITEMS_IN_MAIL]
+    return {
+        "id": incident.pk,
+        "title": visible(incident.full_title, 500),
+        "severity": incident.severity,
+        "severity_upper": incident.severity.upper(),
+        "rule": incident.get_rule_display(),
+        "since": moment_text(incident.since),
+        "opened": moment_text(incident.opened_at),
+        "resolved": moment_text(incident.resolved_at),
+        "so_far": format_duration(incident.duration(now).total_seconds()),
+        "lasted": format_duration(incident.duration(now).total_seconds()),
+        "resolution": visible(incident.resolution, 500),
+        "facts": [
+            {"label": visible(item.get("label", ""), 80), "text": _fact_text(item, now)}
+            for item in details.get("facts", [])
+            if isinstance(item, dict)
+        ],
+        "items_label": visible(details.get("items_label", ""), 100),
+        "items": shown,
+        "more": max(total - len(shown), 0),
+        "items_total": total,
+        "acknowledged_by": visible(incident.acknowledged_by.get_username(), 150)
+        if incident.acknowledged_by
+        else "",
+        "url": absolute(incident.get_absolute_url()),
+        "link": absolute(incident.link),
+    }
+
+
+def subject_for(kind: str, incidents: Sequence[Incident], now: datetime) -> str:
+    first, count = incidents[0], len(incidents)
+    more = f" (+{count - 1} more)" if count > 1 else ""
+    if kind == NotificationKind.REMINDER:
+        noun = "incident" if count == 1 else "incidents"
+        text = f"[REMINDER] {count} {noun} still open: {first.full_title}{more}"
+    elif kind == NotificationKind.RESOLVED and count == 1:
+        lasted = format_duration(first.duration(now).total_seconds())
+        text = f"[RESOLVED] {first.full_title} (lasted {lasted})"
+    else:
+        text = f"[{TAGS[NotificationKind(kind)]}] {first.full_title}{more}"
+    return clean_header_text(text)
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedMail:
+    subject: str
+    text: str
+    html: str
+
+
+def render_notification(kind: str, incidents: Sequence[Incident], now: datetime) -> RenderedMail:
+    ordered = sort_incidents(incidents)
+    count = len(ordered)
+    if kind == NotificationKind.OPENED:
+        headline = "New incident" if count == 1 else f"{count} new incidents"
+    elif kind == NotificationKind.RESOLVED:
+        headline = "Incident resolved" if count == 1 else f"{count} incidents resolved"
+    else:
+        headline = f"Still open and not acknowledged: {count} incident{'s' if count != 1 else ''}"
+    context = {
+        "kind": kind,
+        "headline": headline,
+        "incidents": [incident_context(incident, now) for incident in ordered],
+        "alerts_url": absolute(reverse("alerts:index")),
+        "subscription_url": absolute(reverse("alerts:subscription")),
+        "remind_hours": settings.ALERT_REMIND_HOURS,
+        "generated": moment_text(now),
+    }
+    return RenderedMail(
+        subject=subject_for(kind, ordered, now),
+        text=render_to_string("alerts/email/notification.txt", context),
+        html=render_to_string("alerts/email/notification.html", context),
+    )
+
+
+def _mail_domain() -> str:
+    _, address = parseaddr(settings.DEFAULT_FROM_EMAIL)
+    domain = address.rpartition("@")[2]
+    return clean_header_text(domain, 200).replace(" ", "") or "localhost"
+
+
+def message_id(notification: Notification) -> str:
+    """Stable across retries, so a receiving MTA or client can recognise a re-sent copy."""
+    stamp = int(notification.created_at.timestamp())
+    return f"<alerts.{notification.pk}.{stamp}@{_mail_domain()}>"
+
+
+def build_message(notification: Notification) -> EmailMultiAlternatives:
+    headers = {
+        "Message-ID": message_id(notification),
+        "Auto-Submitted": "auto-generated",
+        "X-Auto-Response-Suppress": "All",
+    }
+    if notification.kind != NotificationKind.OPENED:
+        # Thread a resolve mail or a reminder under the mail that announced the incidents.
+        earlier = Notification.objects.filter(
+            kind=NotificationKind.OPENED,
+            incidents__in=notification.incidents.all(),
+            state=DeliveryState.SENT,
+        ).distinct()
+        references = [message_id(opened) for opened in earlier.order_by("created_at")[:20]]
+        if references:
+            headers["References"] = " ".join(references)
+            headers["In-Reply-To"] = references[-1]
+    message = EmailMultiAlternatives(
+        subject=clean_header_text(notification.subject),
+        body=notification.body_text,
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=list(notification.recipients),
+        headers=headers,
+    )
+    message.attach_alternative(notification.body_html, "text/html")
+    return message
+
+
+def iso(moment: datetime | None) -> str | None:
+    return iso_utc(moment) if moment is not None else None

@@ -1,0 +1,80 @@
+"""Prometheus series for alerts, read from the database at scrape time (any web replica)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from django.db import DatabaseError
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from alerts.selectors import alert_metrics
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "lease_dashboard_alerts"
+
+
+class AlertCollector(Collector):
+    def collect(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily(
+            f"{PREFIX}_metrics_up", "1 when the alert series below could be read."
+        )
+        try:
+            metrics = alert_metrics(timezone.now())
+        except DatabaseError:
+            logger.exception("alert metrics: the database could not be read")
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+
+        incidents = GaugeMetricFamily(
+            f"{PREFIX}_open_incidents",
+            "Open (firing) incidents by rule and severity.",
+            labels=["rule", "severity"],
+        )
+        for (rule, severity), count in sorted(metrics.open_incidents.items()):
+            incidents.add_metric([rule, severity], count)
+        yield incidents
+
+        notifications = GaugeMetricFamily(
+            f"{PREFIX}_notifications",
+            "Alert e-mails by delivery state (pending includes those waiting to be retried).",
+            labels=["state"],
+        )
+        for state, count in sorted(metrics.notifications.items()):
+            notifications.add_metric([state], count)
+        yield notifications
+
+        age = GaugeMetricFamily(
+            f"{PREFIX}_evaluation_age_seconds",
+            "Seconds since the alert rules were last evaluated (-1: never).",
+        )
+        seconds = metrics.evaluation_age_seconds
+        age.add_metric([], -1.0 if seconds is None else seconds)
+        yield age
+
+        oldest = GaugeMetricFamily(
+            f"{PREFIX}_oldest_unsent_seconds",
+            "Age of the oldest alert e-mail not yet sent (0: none waiting).",
+        )
+        oldest.add_metric([], metrics.oldest_unsent_seconds or 0.0)
+        yield oldest
+
+
+_registered = False
+
+
+def register() -> None:
+    """Add the collector to the dashboard's registry, once per process."""
+    global _registered
+    if _registered:
+        return
+    from dashboard.metrics import register_collector
+
+    register_collector(AlertCollector())
+    _registered = True

@@ -1,0 +1,364 @@
+"""Alert rules, incidents, silences, subscriptions and the e-mails sent about them.
+
+An incident is one occurrence of one condition, named by a dedup key such as
+``lease_expired:prod/kube-system/kube-scheduler``. While the condition holds there is exactly
+one unresolved incident per key: a partial unique index guarantees it, whatever number of
+evaluations run at once. Every e-mail is first a `Notification` row; a Celery task sends it
+(see `alerts.services.deliver_notification` for how a row is claimed and retried).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+
+class Rule(models.TextChoices):
+    LEASE_EXPIRED = "lease_expired", "lease expired"
+    LEASE_FLAPPING = "lease_flapping", "lease flapping"
+    NODE_HEARTBEATS_EXPIRED = "node_heartbeats_expired", "node heartbeats expired"
+    CLUSTER_UNHEALTHY = "cluster_unhealthy", "NKS cluster unhealthy"
+    NODEGROUP_NOT_READY = "nodegroup_not_ready", "NKS nodegroup not ready"
+    RESIZE_FAILED = "resize_failed", "nodegroup resize failed"
+    SOURCE_STALE = "source_stale", "data source stale"
+
+
+class Severity(models.TextChoices):
+    CRITICAL = "critical", "critical"
+    WARNING = "warning", "warning"
+
+
+SEVERITY_RANK = {Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+def severity_rank(severity: str) -> int:
+    # TextChoices members are str: a plain "critical" finds Severity.CRITICAL.
+    return SEVERITY_RANK.get(severity, 0)  # type: ignore[call-overload]
+
+
+def split_addresses(text: str) -> list[str]:
+    """Addresses from a comma-, semicolon- or newline-separated list, in order, once each."""
+    seen: set[str] = set()
+    addresses = []
+    for part in text.replace(";", ",").replace("\n", ",").split(","):
+        address = part.strip()
+        if address and address.lower() not in seen:
+            seen.add(address.lower())
+            addresses.append(address)
+    return addresses
+
+
+def validate_address_list(text: str) -> None:
+    for address in split_addresses(text):
+        try:
+            validate_email(address)
+        except ValidationError:
+            raise ValidationError(f"{address!r} is not an e-mail address.") from None
+
+
+class AlertRule(models.Model):
+    """Per-rule settings an administrator may change; empty fields use the defaults.
+
+    One row per rule, created after migrate. What grace, threshold and window mean for each
+    rule is in `alerts.rules.RULE_SPECS` (and shown in admin next to the field).
+    """
+
+    rule = models.CharField(max_length=40, choices=Rule.choices, unique=True)
+    enabled = models.BooleanField(default=True)
+    severity = models.CharField(
+        max_length=10, choices=Severity.choices, blank=True, help_text="Empty: the rule's default."
+    )
+    grace_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Empty: the default from the settings."
+    )
+    threshold = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Empty: the default from the settings."
+    )
+    window_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Empty: the default from the settings."
+    )
+    recipients = models.TextField(
+        blank=True,
+        validators=[validate_address_list],
+        help_text="Extra addresses for this rule's mail, comma- or newline-separated.",
+    )
+    mail_default_recipients = models.BooleanField(
+        default=True,
+        help_text="Also mail ALERT_EMAIL_TO. Users subscribed on their profile always get mail.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["rule"]
+
+    def __str__(self) -> str:
+        return self.get_rule_display()
+
+
+class IncidentState(models.TextChoices):
+    # Seen, but not yet for as long as the rule's grace: not shown, not mailed (Prometheus'
+    # "pending"). A pending incident whose condition clears is deleted, not resolved.
+    PENDING = "pending", "pending"
+    FIRING = "firing", "open"
+    RESOLVED = "resolved", "resolved"
+
+
+class Notice(models.TextChoices):
+    """Whether an incident's opening (or resolution) is, was or will not be mailed."""
+
+    NONE = "none", "not applicable yet"
+    WAITING = "waiting", "waiting to be mailed"
+    MAILED = "mailed", "mailed"
+    SKIPPED = "skipped", "not mailed"
+
+
+class Hold(models.TextChoices):
+    """Why mail about an open incident is held back right now."""
+
+    NONE = "", "not held"
+    SILENCED = "silenced", "silenced"
+    INHIBITED = "inhibited", "inhibited: the cluster's API is down"
+
+
+class IncidentQuerySet(models.QuerySet["Incident"]):
+    def unresolved(self) -> IncidentQuerySet:
+        return self.filter(resolved_at__isnull=True)
+
+    def open(self) -> IncidentQuerySet:
+        return self.filter(state=IncidentState.FIRING)
+
+    def resolved(self) -> IncidentQuerySet:
+        return self.filter(state=IncidentState.RESOLVED)
+
+
+class Incident(models.Model):
+    rule = models.CharField(max_length=40, choices=Rule.choices)
+    # `<rule>:<what>`, e.g. lease_expired:prod/kube-system/kube-scheduler. Built from names
+    # a cluster chose (untrusted text): shown escaped, never put in a mail header.
+    key = models.CharField(max_length=700)
+    state = models.CharField(
+        max_length=10, choices=IncidentState.choices, default=IncidentState.PENDING
+    )
+    severity = models.CharField(max_length=10, choices=Severity.choices)
+    # Grouping: incidents of one cluster opened close together share an e-mail.
+    cluster = models.CharField(max_length=253, blank=True)
+    title = models.CharField(max_length=500)
+    # {"facts": [[label, value], ...], "items_label": str, "items": [str], "items_total": int}
+    # plus rule-specific flags (e.g. "api_down").
+    details = models.JSONField(default=dict, blank=True)
+    link = models.CharField(max_length=2000, blank=True, help_text="Dashboard path to look at.")
+    since = models.DateTimeField(help_text="When the condition started, as far as is known.")
+    opened_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=500, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    open_notice = models.CharField(max_length=10, choices=Notice.choices, default=Notice.WAITING)
+    resolve_notice = models.CharField(max_length=10, choices=Notice.choices, default=Notice.NONE)
+    hold = models.CharField(max_length=10, choices=Hold.choices, blank=True, default=Hold.NONE)
+    last_mailed_at = models.DateTimeField(null=True, blank=True)
+
+    objects = IncidentQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key"],
+                condition=models.Q(resolved_at__isnull=True),
+                name="incident_one_unresolved_per_key",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["state", "opened_at"], name="incident_state_opened"),
+            models.Index(fields=["resolved_at"], name="incident_resolved_at"),
+            models.Index(fields=["key"], name="incident_key"),
+            models.Index(fields=["rule", "state"], name="incident_rule_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.key}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("alerts:incident", args=[self.pk])
+
+    @property
+    def full_title(self) -> str:
+        return f"{self.cluster}: {self.title}" if self.cluster else self.title
+
+    @property
+    def is_open(self) -> bool:
+        return self.state == IncidentState.FIRING
+
+    def duration(self, now: datetime | None = None) -> timedelta:
+        """How long the condition lasted (or has lasted so far)."""
+        end = self.resolved_at or now or timezone.now()
+        return max(end - self.since, timedelta(0))
+
+
+class IncidentEvent(models.Model):
+    """The incident's timeline: what changed, when, and who did it (Healthchecks' flips)."""
+
+    class Kind(models.TextChoices):
+        OPENED = "opened", "opened"
+        UPDATED = "updated", "updated"
+        RESOLVED = "resolved", "resolved"
+        ACKNOWLEDGED = "acknowledged", "acknowledged"
+        UNACKNOWLEDGED = "unacknowledged", "acknowledgement withdrawn"
+        SILENCED = "silenced", "silenced"
+        UNSILENCED = "unsilenced", "silence ended"
+        HELD = "held", "mail held back"
+        MAIL = "mail", "mail"
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    text = models.CharField(max_length=1000, blank=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["incident", "at"], name="incident_event_time")]
+
+    def __str__(self) -> str:
+        return f"{self.incident_id} {self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class SilenceQuerySet(models.QuerySet["Silence"]):
+    def active(self, now: datetime) -> SilenceQuerySet:
+        return self.filter(starts_at__lte=now, ends_at__gt=now)
+
+
+class Silence(models.Model):
+    """No mail for a dedup key until `ends_at`, including incidents opened meanwhile."""
+
+    key = models.CharField(max_length=700)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    reason = models.CharField(max_length=500, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    ended_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Who ended it early, if anyone.",
+    )
+
+    objects = SilenceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-ends_at"]
+        indexes = [models.Index(fields=["key", "ends_at"], name="silence_key_end")]
+
+    def __str__(self) -> str:
+        return f"{self.key} until {self.ends_at:%Y-%m-%d %H:%M}"
+
+
+class AlertSubscription(models.Model):
+    """A user's own choice to get alert mail at their account's address."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="alert_subscription"
+    )
+    enabled = models.BooleanField(default=True)
+    min_severity = models.CharField(
+        max_length=10,
+        choices=Severity.choices,
+        default=Severity.WARNING,
+        help_text="Mail for incidents of this severity and worse.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} ({'on' if self.enabled else 'off'}, {self.min_severity}+)"
+
+
+class NotificationKind(models.TextChoices):
+    OPENED = "opened", "opened"
+    RESOLVED = "resolved", "resolved"
+    REMINDER = "reminder", "reminder"
+
+
+class DeliveryState(models.TextChoices):
+    PENDING = "pending", "waiting to be sent"
+    SENDING = "sending", "being sent"
+    SENT = "sent", "sent"
+    FAILED = "failed", "failed (gave up)"
+    CANCELLED = "cancelled", "cancelled (silenced)"
+
+
+class Notification(models.Model):
+    """One e-mail: rendered when planned, sent by a task, retried until delivered."""
+
+    kind = models.CharField(max_length=10, choices=NotificationKind.choices)
+    incidents = models.ManyToManyField(Incident, related_name="notifications")
+    # The cluster whose incidents this mail groups ("" for reminder digests).
+    group = models.CharField(max_length=253, blank=True)
+    recipients = models.JSONField(default=list)
+    subject = models.CharField(max_length=300)
+    body_text = models.TextField()
+    body_html = models.TextField()
+    state = models.CharField(
+        max_length=10, choices=DeliveryState.choices, default=DeliveryState.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    next_attempt_at = models.DateTimeField()
+    # A claim is a lease: a sender that died mid-send loses it when this passes.
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    claim_token = models.CharField(max_length=32, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "next_attempt_at"], name="notification_due"),
+            models.Index(fields=["group", "kind", "created_at"], name="notification_group"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.kind} {self.state}"
+
+
+class EvaluatorStatus(models.Model):
+    """When rules were last evaluated: a silent evaluator must show on the alerts page."""
+
+    last_started_at = models.DateTimeField(null=True, blank=True)
+    last_finished_at = models.DateTimeField(null=True, blank=True)
+    last_duration_seconds = models.FloatField(default=0.0)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "evaluator status"
+
+    def __str__(self) -> str:
+        return f"evaluated at {self.last_finished_at}"

@@ -1,0 +1,373 @@
+"""Rules over polled NKS data (see `alerts.conditions` for the contract).
+
+NKS clusters are grouped (for mail) under the name of the Lease source that watches them,
+when there is one, so a cluster's API incident and its node incidents share a group: that
+is what inhibition matches on. While the dashboard's own NKS data about a cluster is stale
+(its account's polls fail, or the cluster's last refresh failed), the cluster's incidents
+are frozen, as lease incidents are while a watcher is stale.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.urls import reverse
+from django.utils.text import slugify
+
+from alerts.conditions import (
+    MAX_ITEMS,
+    Condition,
+    RuleContext,
+    RuleOutcome,
+    fact,
+    seconds_text,
+    time_fact,
+)
+from alerts.models import Rule
+from nks.models import (
+    Freshness,
+    NksAccount,
+    NksCluster,
+    NksNodegroup,
+    ResizeRequest,
+    ResizeState,
+)
+
+NORMAL = "NORMAL"
+NODES_NOT_READY = ("NOT_READY_NODE_EXIST", "ALL_NODES_NOT_READY")
+NKS_ACCOUNT_PREFIX = f"{Rule.SOURCE_STALE}:nks:"
+NKS_CLUSTER_PREFIX = f"{Rule.SOURCE_STALE}:nks-cluster:"
+
+
+def group_of(cluster: NksCluster) -> str:
+    """The name incidents of this NKS cluster are grouped (and inhibited) under."""
+    if cluster.kube_cluster_id is not None and cluster.kube_cluster is not None:
+        return cluster.kube_cluster.name
+    return cluster.name
+
+
+def also_known_as(cluster: NksCluster) -> set[str]:
+    """Names a Lease source for this cluster may have (see nks.services.linked_kube_cluster)."""
+    return {group_of(cluster), cluster.name, slugify(cluster.name)[:63]}
+
+
+def _grace(ctx: RuleContext) -> timedelta:
+    if ctx.config.grace_seconds is not None:
+        return timedelta(seconds=ctx.config.grace_seconds)
+    return timedelta(seconds=settings.ALERT_NKS_GRACE_POLLS * settings.NKS_POLL_SECONDS)
+
+
+def _clusters() -> list[NksCluster]:
+    return list(
+        NksCluster.objects.live()
+        .filter(account__enabled=True)
+        .select_related("account", "kube_cluster")
+        .defer("kube_cluster__kubeconfig", "account__password", "account__token")
+    )
+
+
+def _link() -> str:
+    return reverse("nks:index")
+
+
+def _unjudgeable(cluster: NksCluster, now: datetime) -> bool:
+    """The dashboard's data about the cluster is too old (or partial) to decide on."""
+    return cluster.account.is_stale(now) or cluster.is_stale(now)
+
+
+# --- cluster_unhealthy -----------------------------------------------------------------------
+
+
+def cluster_unhealthy(ctx: RuleContext) -> RuleOutcome:
+    """API or nodes not NORMAL, or health data STALE/ROTTEN, for longer than the grace.
+
+    One incident per cluster whose details say which; ``api_down`` in the details inhibits
+    mail about the cluster's nodegroups and nodes while it is open.
+    """
+    now, outcome = ctx.now, RuleOutcome()
+    grace = _grace(ctx)
+    unjudged: set[str] = set()
+    for cluster in _clusters():
+        group = group_of(cluster)
+        if _unjudgeable(cluster, now):
+            unjudged.add(group)
+            continue
+        problems = []
+        freshness = cluster.freshness
+        if freshness in (Freshness.STALE, Freshness.ROTTEN):
+            problems.append(f"health data {freshness}")
+        api_status = cluster.api_status.strip().upper()
+        api_down = cluster.api_ok is False or bool(api_status and api_status != NORMAL)
+        if api_down:
+            problems.append(f"API {cluster.api_status or cluster.api or 'not working'}")
+        node_status = cluster.node_status.strip().upper()
+        if node_status and node_status != NORMAL:
+            problems.append(f"nodes {cluster.node_status}")
+        if not problems:
+            continue
+        outcome.add(
+            Condition(
+                key=f"{Rule.CLUSTER_UNHEALTHY}:{cluster.account.name}/{cluster.name}",
+                title=f"NKS cluster unhealthy: {', '.join(problems)}",
+                cluster=group,
+                hold=grace,
+                link=_link(),
+                details={
+                    "facts": [
+                        fact("NKS cluster", f"{cluster.name} (account {cluster.account.name})"),
+                        fact("API status", cluster.api_status or cluster.api or "not reported"),
+                        fact("Node status", cluster.node_status or "not reported"),
+                        fact("Health data", cluster.health_status or "not reported"),
+                        time_fact("Health data refreshed by NKS", cluster.health_timestamp),
+                        fact(
+                            "Nodes ready",
+                            f"{cluster.nodes_ready} of {cluster.node_count}"
+                            if cluster.nodes_ready is not None and cluster.node_count is not None
+                            else "not reported",
+                        ),
+                        time_fact("Polled", cluster.polled_at),
+                        fact("Grace before alerting", seconds_text(grace.total_seconds())),
+                    ],
+                    "api_down": api_down,
+                    "aliases": sorted(also_known_as(cluster)),
+                },
+            )
+        )
+    ctx.freeze_clusters(outcome, unjudged)
+    for incident in ctx.ending(outcome):
+        outcome.notes[incident.key] = _cluster_recovery(incident.key)
+    return outcome
+
+
+def _cluster_recovery(key: str) -> str:
+    account, _, name = key.partition(":")[2].partition("/")
+    cluster = NksCluster.objects.filter(account__name=account, name=name).first()
+    if cluster is None or cluster.gone_at is not None:
+        return "the cluster is no longer listed by NKS"
+    if not NksAccount.objects.filter(name=account, enabled=True).exists():
+        return "the NKS account was disabled"
+    return "API and nodes are NORMAL and the health data is fresh"
+
+
+# --- nodegroup_not_ready ---------------------------------------------------------------------
+
+
+def nodegroup_not_ready(ctx: RuleContext) -> RuleOutcome:
+    """A nodegroup with not-ready nodes for longer than the grace.
+
+    A nodegroup being updated by NKS (a resize, an upgrade) is not judged: its new nodes are
+    not ready for the minutes they take to join, which is the expected course of a resize.
+    """
+    now, outcome = ctx.now, RuleOutcome()
+    grace = _grace(ctx)
+    clusters = {cluster.pk: cluster for cluster in _clusters()}
+    unjudged: set[str] = set()
+    groups = NksNodegroup.objects.filter(gone_at__isnull=True, cluster_id__in=list(clusters))
+    for nodegroup in groups:
+        cluster = clusters[nodegroup.cluster_id]
+        group = group_of(cluster)
+        key = f"{Rule.NODEGROUP_NOT_READY}:{cluster.account.name}/{cluster.name}/{nodegroup.name}"
+        if _unjudgeable(cluster, now):
+            unjudged.add(group)
+            continue
+        if nodegroup.in_progress:
+            if key in ctx.unresolved:
+                outcome.freeze(key)
+            continue
+        not_ready = nodegroup.not_ready or 0
+        node_status = nodegroup.node_status.strip().upper()
+        if not_ready <= 0 and node_status not in NODES_NOT_READY:
+            continue
+        names = [
+            str(node.get("name") or node.get("uuid") or "?")
+            for node in nodegroup.nodes or []
+            if isinstance(node, dict) and node.get("ready") is False
+        ]
+        outcome.add(
+            Condition(
+                key=key,
+                title=f"nodegroup {nodegroup.name}: "
+                f"{not_ready or 'some'} {'node' if not_ready == 1 else 'nodes'} not ready",
+                cluster=group,
+                hold=grace,
+                link=_link(),
+                details={
+                    "facts": [
+                        fact("NKS cluster", f"{cluster.name} (account {cluster.account.name})"),
+                        fact("Nodegroup", nodegroup.name),
+                        fact("Not ready", not_ready if nodegroup.not_ready is not None else "?"),
+                        fact("Ready", nodegroup.ready if nodegroup.ready is not None else "?"),
+                        fact("Node status", nodegroup.node_status or "not reported"),
+                        time_fact("Polled", nodegroup.polled_at or cluster.polled_at),
+                    ],
+                    "items_label": "Nodes not ready",
+                    "items": names[:MAX_ITEMS],
+                    "items_total": len(names),
+                },
+            )
+        )
+    ctx.freeze_clusters(outcome, unjudged)
+    for incident in ctx.ending(outcome):
+        outcome.notes[incident.key] = "every node of the nodegroup is ready (or it is gone)"
+    return outcome
+
+
+# --- resize_failed ---------------------------------------------------------------------------
+
+
+def resize_failed(ctx: RuleContext) -> RuleOutcome:
+    """The latest finished resize of a nodegroup failed: one incident per nodegroup.
+
+    Open until a later resize of that nodegroup succeeds, or the failure is older than the
+    window (ALERT_RESIZE_FAILED_HOURS): a failed resize stays a problem until it is redone.
+    These rows are the dashboard's own records, so they are never stale.
+    """
+    now, outcome = ctx.now, RuleOutcome()
+    window = timedelta(
+        seconds=ctx.config.window_seconds or settings.ALERT_RESIZE_FAILED_HOURS * 3600
+    )
+    cutoff = now - window
+    failed = (
+        ResizeRequest.objects.filter(state=ResizeState.FAILED)
+        .filter(Q(finished_at__gt=cutoff) | Q(finished_at__isnull=True, created_at__gt=cutoff))
+        .select_related("cluster", "cluster__account", "cluster__kube_cluster")
+        .defer("cluster__kube_cluster__kubeconfig", "cluster__account__password")
+        .order_by("created_at", "id")
+    )
+    latest: dict[int, ResizeRequest] = {}
+    for request in failed:
+        latest[request.nodegroup_id] = request  # the newest failure per nodegroup wins
+    for nodegroup_id, request in latest.items():
+        ended = request.finished_at or request.created_at
+        redone = ResizeRequest.objects.filter(
+            nodegroup_id=nodegroup_id,
+            state=ResizeState.SUCCEEDED,
+            created_at__gt=request.created_at,
+        ).exists()
+        if redone:
+            continue
+        cluster = request.cluster
+        outcome.add(
+            Condition(
+                key=f"{Rule.RESIZE_FAILED}:{cluster.account.name}/{cluster.name}/"
+                f"{request.nodegroup_name}",
+                title=f"resize of nodegroup {request.nodegroup_name} "
+                f"to {request.to_count} nodes failed",
+                cluster=group_of(cluster),
+                since=ended,
+                link=_link(),
+                details={
+                    "facts": [
+                        fact("Resize request", f"#{request.pk}"),
+                        fact("NKS cluster", f"{cluster.name} (account {cluster.account.name})"),
+                        fact("Nodegroup", request.nodegroup_name),
+                        fact("Size", f"{request.from_count} → {request.to_count} nodes"),
+                        fact("Requested by", request.username or "unknown"),
+                        fact("Reason given", request.reason),
+                        time_fact("Requested", request.created_at),
+                        time_fact("Failed", ended),
+                        fact("Error", request.error or "no error recorded"),
+                    ],
+                    "resize_id": request.pk,
+                },
+            )
+        )
+    window_text = seconds_text(window.total_seconds())
+    for incident in ctx.ending(outcome):
+        account, _, rest = incident.key.partition(":")[2].partition("/")
+        cluster_name, _, nodegroup = rest.partition("/")
+        success = (
+            ResizeRequest.objects.filter(
+                cluster__account__name=account,
+                cluster__name=cluster_name,
+                nodegroup_name=nodegroup,
+                state=ResizeState.SUCCEEDED,
+            )
+            .order_by("-created_at")
+            .first()
+        )
+        if success is not None and success.created_at >= incident.since - window:
+            note = f"resize #{success.pk} to {success.to_count} nodes succeeded"
+        else:
+            note = f"no successful resize since; the failure is older than {window_text}"
+        outcome.notes[incident.key] = note
+    return outcome
+
+
+# --- source_stale: NKS polls -----------------------------------------------------------------
+
+
+def nks_sources_stale(ctx: RuleContext, outcome: RuleOutcome) -> None:
+    """An account without a successful poll, or a cluster not refreshed, for too long."""
+    now = ctx.now
+    polls = ctx.config.threshold or settings.ALERT_NKS_STALE_POLLS
+    threshold = timedelta(seconds=polls * settings.NKS_POLL_SECONDS)
+    link = _link()
+    healthy_accounts = set()
+    for account in NksAccount.objects.filter(enabled=True).defer("password", "token"):
+        since = account.last_success_at or account.created_at
+        if now - since < threshold:
+            healthy_accounts.add(account.pk)
+            continue
+        outcome.add(
+            Condition(
+                key=f"{NKS_ACCOUNT_PREFIX}{account.name}",
+                title=f"NKS account {account.name}: polls are failing",
+                cluster="",
+                since=since,
+                hold=threshold,
+                link=link,
+                details={
+                    "facts": [
+                        fact("Source", f"NKS polls of account {account.name}"),
+                        time_fact("Last successful poll", account.last_success_at),
+                        time_fact("Last poll", account.last_poll_at),
+                        fact("Failures in a row", account.consecutive_failures),
+                        fact("Last error", account.last_error or "none recorded"),
+                        fact(
+                            "Threshold",
+                            f"{polls} poll intervals ({seconds_text(threshold.total_seconds())})",
+                        ),
+                        fact(
+                            "Meanwhile",
+                            "this account's cluster alerts are neither opened nor resolved",
+                        ),
+                    ],
+                },
+            )
+        )
+    for cluster in _clusters():
+        key = f"{NKS_CLUSTER_PREFIX}{cluster.account.name}/{cluster.name}"
+        if cluster.account_id not in healthy_accounts:
+            # The account's own incident says it all; this one waits for current data.
+            if key in ctx.unresolved:
+                outcome.freeze(key)
+            continue
+        since = cluster.refreshed_at or cluster.first_seen_at
+        if now - since < threshold:
+            continue
+        outcome.add(
+            Condition(
+                key=key,
+                title=f"NKS data about cluster {cluster.name} is not refreshed",
+                cluster=group_of(cluster),
+                since=since,
+                hold=threshold,
+                link=link,
+                details={
+                    "facts": [
+                        fact("Source", f"NKS polls of cluster {cluster.name}"),
+                        time_fact("Last complete refresh", cluster.refreshed_at),
+                        time_fact("Last listed", cluster.polled_at),
+                        fact("Last error", cluster.last_error or "none recorded"),
+                    ],
+                },
+            )
+        )
+    for incident in ctx.ending(outcome):
+        if incident.key.startswith(NKS_ACCOUNT_PREFIX):
+            outcome.notes[incident.key] = "polls succeed again (or the account was disabled)"
+        elif incident.key.startswith(NKS_CLUSTER_PREFIX):
+            outcome.notes[incident.key] = "the cluster's data is refreshed again (or it is gone)"

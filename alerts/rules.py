@@ -1,0 +1,134 @@
+"""The rule registry: what each rule checks, its default severity, and its configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+
+from alerts import lease_rules, nks_rules
+from alerts.conditions import RuleConfig, RuleContext, RuleOutcome
+from alerts.models import AlertRule, Rule, Severity, split_addresses
+
+
+def source_stale(ctx: RuleContext) -> RuleOutcome:
+    """The dashboard's own data sources went quiet: Lease watchers and NKS polls.
+
+    ``grace_seconds``: how long a watcher may write nothing (default
+    ALERT_WATCH_STALE_SECONDS); ``threshold``: NKS poll intervals without a successful poll
+    (default ALERT_NKS_STALE_POLLS). The dashboard alerting about itself is what makes its
+    silence trustworthy.
+    """
+    outcome = RuleOutcome()
+    watch_threshold = timedelta(
+        seconds=settings.ALERT_WATCH_STALE_SECONDS
+        if ctx.config.grace_seconds is None
+        else ctx.config.grace_seconds
+    )
+    lease_rules.watchers_stale(ctx, outcome, watch_threshold)
+    nks_rules.nks_sources_stale(ctx, outcome)
+    return outcome
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSpec:
+    rule: Rule
+    severity: Severity
+    evaluate: Callable[[RuleContext], RuleOutcome]
+    summary: str
+    grace_help: str = ""
+    threshold_help: str = ""
+    window_help: str = ""
+
+
+RULE_SPECS: dict[Rule, RuleSpec] = {
+    spec.rule: spec
+    for spec in (
+        RuleSpec(
+            Rule.LEASE_EXPIRED,
+            Severity.CRITICAL,
+            lease_rules.lease_expired,
+            "A leader-election or control-plane lease with a holder expired.",
+            grace_help="Seconds past expiry (default ALERT_LEASE_GRACE_SECONDS, else one more "
+            "leaseDurationSeconds).",
+        ),
+        RuleSpec(
+            Rule.LEASE_FLAPPING,
+            Severity.WARNING,
+            lease_rules.lease_flapping,
+            "A lease's holder keeps changing; resolves after a window without a change.",
+            threshold_help="Holder changes that open it (default ALERT_FLAP_CHANGES).",
+            window_help="Window in seconds (default ALERT_FLAP_WINDOW_SECONDS).",
+        ),
+        RuleSpec(
+            Rule.NODE_HEARTBEATS_EXPIRED,
+            Severity.CRITICAL,
+            lease_rules.node_heartbeats_expired,
+            "Nodes stopped renewing their kube-node-lease lease (one incident per cluster).",
+            grace_help="Seconds past a node lease's expiry (default ALERT_NODE_GRACE_SECONDS).",
+            threshold_help="Least number of such nodes (default 1).",
+        ),
+        RuleSpec(
+            Rule.CLUSTER_UNHEALTHY,
+            Severity.CRITICAL,
+            nks_rules.cluster_unhealthy,
+            "An NKS cluster's API or nodes are not NORMAL, or its health data is STALE/ROTTEN.",
+            grace_help="Seconds it must last (default ALERT_NKS_GRACE_POLLS poll intervals).",
+        ),
+        RuleSpec(
+            Rule.NODEGROUP_NOT_READY,
+            Severity.WARNING,
+            nks_rules.nodegroup_not_ready,
+            "An NKS nodegroup has nodes that are not ready (not judged while NKS updates it).",
+            grace_help="Seconds it must last (default ALERT_NKS_GRACE_POLLS poll intervals).",
+        ),
+        RuleSpec(
+            Rule.RESIZE_FAILED,
+            Severity.WARNING,
+            nks_rules.resize_failed,
+            "A nodegroup resize ended failed; open until a later resize of it succeeds.",
+            window_help="Seconds a failure stays open at most (default ALERT_RESIZE_FAILED_HOURS).",
+        ),
+        RuleSpec(
+            Rule.SOURCE_STALE,
+            Severity.CRITICAL,
+            source_stale,
+            "The dashboard's own data is old: a Lease watcher or NKS polling went quiet.",
+            grace_help="Seconds a watcher may write nothing (default ALERT_WATCH_STALE_SECONDS).",
+            threshold_help="NKS poll intervals without success (default ALERT_NKS_STALE_POLLS).",
+        ),
+    )
+}
+
+
+def load_rule_configs() -> dict[Rule, RuleConfig]:
+    """Every rule's effective configuration; a missing admin row means all defaults."""
+    rows = {row.rule: row for row in AlertRule.objects.all()}
+    configs = {}
+    for rule, spec in RULE_SPECS.items():
+        row = rows.get(rule)
+        if row is None:
+            configs[rule] = RuleConfig(rule=rule, enabled=True, severity=spec.severity)
+            continue
+        configs[rule] = RuleConfig(
+            rule=rule,
+            enabled=row.enabled,
+            severity=Severity(row.severity) if row.severity else spec.severity,
+            grace_seconds=row.grace_seconds,
+            threshold=row.threshold,
+            window_seconds=row.window_seconds,
+            recipients=tuple(split_addresses(row.recipients)),
+            mail_default_recipients=row.mail_default_recipients,
+        )
+    return configs
+
+
+def ensure_rule_rows(**_: Any) -> None:
+    """One admin row per rule (after every migrate), so each can be tuned without code."""
+    existing = set(AlertRule.objects.values_list("rule", flat=True))
+    missing = [AlertRule(rule=rule) for rule in RULE_SPECS if rule not in existing]
+    if missing:
+        AlertRule.objects.bulk_create(missing, ignore_conflicts=True)

@@ -1,0 +1,29 @@
+"""Celery tasks for alerts: a few lines each, taking ids and calling a service.
+
+All three are harmless to run twice: evaluation takes a lock and the database allows one
+unresolved incident per key; sending claims its row with a conditional update first.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from alerts import services
+
+
+@shared_task(ignore_result=True)
+def evaluate_alerts() -> None:
+    """Beat, every ALERT_EVAL_SECONDS: open, update and resolve incidents; plan mail."""
+    services.run_evaluation()
+
+
+@shared_task(ignore_result=True)
+def send_notification(notification_id: int) -> None:
+    services.deliver_notification(notification_id)
+
+
+@shared_task(ignore_result=True)
+def send_due_notifications() -> None:
+    """Beat: queue every notification that is due (retries, and any whose task was lost)."""
+    for notification_id in services.due_notification_ids():
+        send_notification.delay(notification_id)
