@@ -122,6 +122,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "dashboard.context_processors.navigation",
+                "alerts.context_processors.alerts_badge",
             ],
         },
     },
@@ -340,6 +341,21 @@ if PRODUCTION:
             "Production needs DATABASE_URL (PostgreSQL) and REDIS_URL: SQLite and the "
             "filesystem broker cannot be shared between pods."
         )
+
+# --- NKS (NHN Kubernetes Service) -------------------------------------------------------------
+# Accounts are rows (admin or `add_nks_account`); their secrets never come from here.
+# Each account is polled this often; its data counts as stale after three missed polls.
+NKS_POLL_SECONDS = env_int("NKS_POLL_SECONDS", 30, minimum=5, maximum=3600)
+NKS_POLL_WORKERS = env_int("NKS_POLL_WORKERS", 32, minimum=1, maximum=256)
+NKS_HTTP_TIMEOUT = env_int("NKS_HTTP_TIMEOUT", 20, minimum=1, maximum=300)
+NKS_MAX_NODES_PER_NODEGROUP = env_int("NKS_MAX_NODES_PER_NODEGROUP", 10, minimum=1, maximum=1000)
+NKS_HEALTH_HISTORY_DAYS = env_int("NKS_HEALTH_HISTORY_DAYS", 7, minimum=1, maximum=366)
+# After a resize is sent, its progress is read back this often, for at most this long.
+NKS_RESIZE_FOLLOW_SECONDS = env_int("NKS_RESIZE_FOLLOW_SECONDS", 3, minimum=1, maximum=60)
+NKS_RESIZE_FOLLOW_MINUTES = env_int("NKS_RESIZE_FOLLOW_MINUTES", 30, minimum=1, maximum=24 * 60)
+# Retries of NKS reads (never of writes) and the first backoff; tests shorten them.
+NKS_HTTP_RETRIES = 3
+NKS_HTTP_BACKOFF = 0.5
 
 # --- Logging --------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()

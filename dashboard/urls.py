@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from alerts import api as alerts_api
 from dashboard import views
 from leases import api as leases_api
 
@@ -13,6 +14,8 @@ api_v1 = [
         leases_api.lease_detail,
         name="lease",
     ),
+    path("nks/", include("nks.api_urls")),
+    path("alerts", alerts_api.incident_list, name="alerts"),
 ]
 
 urlpatterns = [

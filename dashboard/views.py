@@ -16,6 +16,7 @@ from dashboard.htmx import render_page
 from dashboard.services import can_change_clusters, worker_status
 from leases.selectors import leases_overview
 from leases.views import REFRESH_SECONDS
+from nks.selectors import nks_overview
 
 
 def overview(request: HttpRequest) -> HttpResponse:
@@ -29,6 +30,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             "any_worker_silent": any(queue["silent"] for queue in workers),
             # Lazy: a refresh of the workers region alone must not run the lease queries.
             "leases": SimpleLazyObject(lambda: leases_overview(now)),
+            "nks": SimpleLazyObject(lambda: nks_overview(now)),
             "refresh_seconds": REFRESH_SECONDS,
         },
     )

@@ -9,14 +9,18 @@ from django.core.management.base import BaseCommand, CommandError
 
 from leases.fake_apiserver import kubeconfig_document
 from leases.services import register_kube_cluster
+from nks.fake_api.scenarios import DEFAULT_PASSWORD, DEFAULT_TENANT_ID, DEFAULT_USERNAME
+from nks.fake_api.server import IDENTITY_PREFIX
+from nks.services import register_nks_account
 
 DEMO_CLUSTER = "demo"
+DEMO_NKS_ACCOUNT = "demo"
 
 
 class Command(BaseCommand):
     help = (
         "Register the demo sources that `make run` starts: the fake Kubernetes API server as "
-        "cluster 'demo'. Idempotent; refuses in production."
+        "cluster 'demo' and the fake NKS as account 'demo'. Idempotent; refuses in production."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -30,3 +34,20 @@ class Command(BaseCommand):
         _cluster, created = register_kube_cluster(DEMO_CLUSTER, kubeconfig=kubeconfig, replace=True)
         state = "registered" if created else "up to date"
         self.stdout.write(f"Demo Kubernetes cluster {DEMO_CLUSTER!r} {state} (port {port}).")
+        self._register_demo_nks_account()
+
+    def _register_demo_nks_account(self) -> None:
+        # The fake NKS (Procfile `nks`) with its published demo credentials.
+        port = int(os.environ.get("DEMO_NKS_PORT", "8002"))
+        url = f"http://127.0.0.1:{port}"
+        _account, created = register_nks_account(
+            DEMO_NKS_ACCOUNT,
+            api_url=url,
+            identity_url=f"{url}{IDENTITY_PREFIX}",
+            tenant_id=DEFAULT_TENANT_ID,
+            username=DEFAULT_USERNAME,
+            password=DEFAULT_PASSWORD,
+            replace=True,
+        )
+        state = "registered" if created else "up to date"
+        self.stdout.write(f"Demo NKS account {DEMO_NKS_ACCOUNT!r} {state} (port {port}).")
