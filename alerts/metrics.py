@@ -2,35 +2,23 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 
-from django.db import DatabaseError
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from alerts.selectors import alert_metrics
-
-logger = logging.getLogger(__name__)
+from dashboard.metrics import DatabaseCollector
 
 PREFIX = "lease_dashboard_alerts"
 
 
-class AlertCollector(Collector):
-    def collect(self) -> Iterable[Metric]:
-        up = GaugeMetricFamily(
-            f"{PREFIX}_metrics_up", "1 when the alert series below could be read."
-        )
-        try:
-            metrics = alert_metrics(timezone.now())
-        except DatabaseError:
-            logger.exception("alert metrics: the database could not be read")
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
-        yield up
+class AlertCollector(DatabaseCollector):
+    up_metric = f"{PREFIX}_metrics_up"
+    up_help = "1 when the alert series below could be read."
+
+    def collect_from_database(self) -> Iterable[Metric]:
+        metrics = alert_metrics(timezone.now())
 
         incidents = GaugeMetricFamily(
             f"{PREFIX}_open_incidents",

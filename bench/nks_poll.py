@@ -22,10 +22,11 @@ import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+
+from bench.benchdb import create_bench_database, drop_bench_database  # noqa: E402
 
 CLUSTERS = 100
 LATENCY = 0.100
@@ -58,25 +59,10 @@ def ask(pipe: Connection, command: str) -> Any:
 
 
 def use_bench_database() -> str:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")):
-        sys.exit("Set DATABASE_URL to a PostgreSQL server (postgres://user@host:5432/db).")
-    import psycopg
-
-    parts = urlsplit(url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-        connection.execute(f"CREATE DATABASE {BENCH_DATABASE}")
-    os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{BENCH_DATABASE}"))
+    """Point DATABASE_URL at a fresh benchmark database; returns the maintenance URL."""
+    url, admin = create_bench_database(BENCH_DATABASE)
+    os.environ["DATABASE_URL"] = url
     return admin
-
-
-def drop_bench_database(admin: str) -> None:
-    import psycopg
-
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
 
 
 def report(label: str, result: Any, calls_seen: int) -> bool:
@@ -141,7 +127,7 @@ def main() -> None:
     finally:
         ask(ours, "stop")
         server.join(timeout=10)
-        drop_bench_database(admin)
+        drop_bench_database(BENCH_DATABASE, admin)
 
 
 if __name__ == "__main__":

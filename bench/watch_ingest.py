@@ -26,10 +26,11 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+
+from bench.benchdb import create_bench_database, drop_bench_database  # noqa: E402
 
 NODES = 15_000
 EVENTS = 100_000
@@ -69,26 +70,11 @@ def ask(pipe: Connection, command: str, argument: object = None) -> object:
     return pipe.recv()
 
 
-def use_bench_database() -> None:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")):
-        sys.exit("Set DATABASE_URL to a PostgreSQL server (postgres://user@host:5432/db).")
-    import psycopg
-
-    parts = urlsplit(url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-        connection.execute(f"CREATE DATABASE {BENCH_DATABASE}")
-    os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{BENCH_DATABASE}"))
-
-
-def drop_bench_database(url: str) -> None:
-    import psycopg
-
-    admin = urlunsplit(urlsplit(url)._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+def use_bench_database() -> str:
+    """Point DATABASE_URL at a fresh benchmark database; returns the maintenance URL."""
+    url, admin = create_bench_database(BENCH_DATABASE)
+    os.environ["DATABASE_URL"] = url
+    return admin
 
 
 def raw_read_rate(url: str, pipe: Connection) -> float:
@@ -120,8 +106,7 @@ def raw_read_rate(url: str, pipe: Connection) -> float:
 
 
 def main() -> None:
-    original_url = os.environ.get("DATABASE_URL", "")
-    use_bench_database()
+    admin = use_bench_database()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
     os.environ.setdefault("LOG_LEVEL", "warning")
     import django
@@ -202,7 +187,7 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        drop_bench_database(original_url)
+        drop_bench_database(BENCH_DATABASE, admin)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,15 @@ which replica is scraped. Apps add their own collectors with `register_collector
 
 from __future__ import annotations
 
+import abc
 import hmac
 import ipaddress
+import logging
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest
 from prometheus_client import (
     CollectorRegistry,
@@ -24,6 +27,8 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from dashboard.services import worker_status
+
+logger = logging.getLogger(__name__)
 
 REGISTRY = CollectorRegistry(auto_describe=False)
 ProcessCollector(registry=REGISTRY)
@@ -51,6 +56,34 @@ class DashboardCollector(Collector):
             seconds = queue["age_seconds"]
             age.add_metric([queue["queue"]], -1.0 if seconds is None else seconds)
         yield age
+
+
+class DatabaseCollector(Collector, abc.ABC):
+    """Series read from the database at scrape time, behind an `up` gauge.
+
+    A scrape must not fail as a whole when the database cannot be read: the process metrics
+    are still worth having, and the gauge going to 0 is what to alert on.
+    """
+
+    up_metric: str
+    up_help: str
+
+    def collect(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily(self.up_metric, self.up_help)
+        try:
+            metrics = list(self.collect_from_database())
+        except DatabaseError:
+            logger.exception("%s: the database could not be read", self.up_metric)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from metrics
+
+    @abc.abstractmethod
+    def collect_from_database(self) -> Iterable[Metric]:
+        """The series; may raise DatabaseError."""
 
 
 def register_collector(collector: Collector) -> None:

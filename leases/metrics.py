@@ -7,41 +7,22 @@ node lease: per-lease series exist only for leader-election and control-plane le
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 
-from django.db import DatabaseError
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
+from dashboard.metrics import DatabaseCollector
 from leases.selectors import lease_counts, per_lease_metrics, watch_metrics
-
-logger = logging.getLogger(__name__)
 
 PREFIX = "lease_dashboard"
 
 
-class LeaseCollector(Collector):
-    def collect(self) -> Iterable[Metric]:
-        up = GaugeMetricFamily(
-            f"{PREFIX}_lease_metrics_up",
-            "1 when the lease series below could be read from the database.",
-        )
-        try:
-            metrics = list(self._collect())
-        except DatabaseError:
-            # A scrape must not fail as a whole: the process metrics are still worth having,
-            # and this gauge going to 0 is the alert.
-            logger.exception("lease metrics: the database could not be read")
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
-        yield up
-        yield from metrics
+class LeaseCollector(DatabaseCollector):
+    up_metric = f"{PREFIX}_lease_metrics_up"
+    up_help = "1 when the lease series below could be read from the database."
 
-    def _collect(self) -> Iterable[Metric]:
+    def collect_from_database(self) -> Iterable[Metric]:
         now = timezone.now()
         events = CounterMetricFamily(
             f"{PREFIX}_watch_events", "Watch events received.", labels=["cluster"]

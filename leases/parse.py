@@ -135,6 +135,13 @@ def _spec(obj: dict[str, Any]) -> dict[str, Any]:
     return spec if isinstance(spec, dict) else {}
 
 
+def _without_managed_fields(obj: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+    """The object as kept for display: managedFields are bulky and say nothing to on-call."""
+    raw = {key: value for key, value in obj.items() if key != "metadata"}
+    raw["metadata"] = {key: value for key, value in metadata.items() if key != "managedFields"}
+    return raw
+
+
 def resource_version_of(obj: object) -> str:
     if not isinstance(obj, dict):
         return ""
@@ -150,8 +157,7 @@ def parse_lease(obj: object) -> LeaseObservation | None:
         return None
     spec = _spec(obj)
     labels = _labels(metadata.get("labels"))
-    raw = {key: value for key, value in obj.items() if key != "metadata"}
-    raw["metadata"] = {key: value for key, value in metadata.items() if key != "managedFields"}
+    raw = _without_managed_fields(obj, metadata)
     return LeaseObservation(
         namespace=namespace,
         name=name,
@@ -181,8 +187,7 @@ def parse_candidate(obj: object) -> CandidateObservation | None:
     if not namespace or not name:
         return None
     spec = _spec(obj)
-    raw = {key: value for key, value in obj.items() if key != "metadata"}
-    raw["metadata"] = {key: value for key, value in metadata.items() if key != "managedFields"}
+    raw = _without_managed_fields(obj, metadata)
     return CandidateObservation(
         namespace=namespace,
         name=name,

@@ -6,39 +6,23 @@ exports the same numbers. A handful of queries per scrape, one series per cluste
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 
-from django.db import DatabaseError
 from django.db.models import Count
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
+from dashboard.metrics import DatabaseCollector
 from nks.models import IN_FLIGHT_STATES, Health, NksAccount, NksCluster, NksNodegroup, ResizeRequest
-
-logger = logging.getLogger(__name__)
 
 PREFIX = "lease_dashboard_nks"
 
 
-class NksCollector(Collector):
-    def collect(self) -> Iterable[Metric]:
-        up = GaugeMetricFamily(
-            f"{PREFIX}_metrics_up", "1 when the NKS series below could be read from the database."
-        )
-        try:
-            metrics = list(self._collect())
-        except DatabaseError:
-            logger.exception("NKS metrics: the database could not be read")
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
-        yield up
-        yield from metrics
+class NksCollector(DatabaseCollector):
+    up_metric = f"{PREFIX}_metrics_up"
+    up_help = "1 when the NKS series below could be read from the database."
 
-    def _collect(self) -> Iterable[Metric]:
+    def collect_from_database(self) -> Iterable[Metric]:
         now = timezone.now()
         poll_age = GaugeMetricFamily(
             f"{PREFIX}_account_last_success_age_seconds",
