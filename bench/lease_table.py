@@ -346,7 +346,9 @@ def main() -> int:
             f"GET {TARGET_PATH} (HX-Target: lease-table, {rows} rows), gunicorn "
             f"{args.workers} {args.worker_class} workers x {args.threads} threads, "
             f"{os.cpu_count()} CPUs, "
-            f"{args.duration} s per run"
+            f"{args.duration} s per run, shared partial cache "
+            f"{os.environ.get('LEASE_TABLE_CACHE_SECONDS', '1')} s "
+            "(LEASE_TABLE_CACHE_SECONDS=0 renders every request)"
         )
         header = ("clients", "req/s", "p50 ms", "p99 ms", "non-2xx", "errors")
         print("{:>8} {:>9} {:>8} {:>8} {:>8} {:>7}".format(*header))

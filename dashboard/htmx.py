@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from typing import Any
 
+from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template import TemplateDoesNotExist
@@ -27,5 +30,30 @@ def render_page(request: HttpRequest, template: str, context: dict[str, Any]) ->
             response["Vary"] = "HX-Request, HX-Target"
             return response
     response = render(request, template, context)
+    response["Vary"] = "HX-Request, HX-Target"
+    return response
+
+
+def shared_partial(
+    request: HttpRequest, target: str, seconds: int, render: Callable[[], HttpResponse]
+) -> HttpResponse:
+    """The `target` region, shared by everyone who asks for the same URL within `seconds`.
+
+    For regions whose content depends only on the URL (no user, no CSRF token), which many
+    engineers poll at once during an incident. Ages and countdowns tick in the browser from
+    absolute times, so a copy up to a second old looks the same. Login is still checked for
+    every request: only the rendering is shared.
+    """
+    htmx = getattr(request, "htmx", None)
+    if not seconds or not htmx or htmx.target != target or request.method != "GET":
+        return render()
+    key = f"partial:{target}:" + hashlib.sha256(request.get_full_path().encode()).hexdigest()
+    body = cache.get(key)
+    if body is None:
+        response = render()
+        if response.status_code == 200:
+            cache.set(key, response.content, timeout=seconds)
+        return response
+    response = HttpResponse(body)
     response["Vary"] = "HX-Request, HX-Target"
     return response

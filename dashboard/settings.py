@@ -216,6 +216,11 @@ CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
+# --- Pages ----------------------------------------------------------------------------------
+# The Leases table region is rendered at most once per URL in this many seconds and shared by
+# everyone polling it (0: render every request). Ages and countdowns tick in the browser.
+LEASE_TABLE_CACHE_SECONDS = env_int("LEASE_TABLE_CACHE_SECONDS", 1, minimum=0, maximum=60)
+
 # --- Mail -----------------------------------------------------------------------------------
 _email_url = env_url(
     "EMAIL_URL",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 
-from dashboard.htmx import render_page
+from dashboard.htmx import render_page, shared_partial
 from leases.forms import LeaseFilterForm
 from leases.models import LeaseClass, LeaseState
 from leases.selectors import (
@@ -23,6 +24,12 @@ REFRESH_SECONDS = 5
 
 
 def lease_list(request: HttpRequest) -> HttpResponse:
+    return shared_partial(
+        request, "lease-table", settings.LEASE_TABLE_CACHE_SECONDS, lambda: _lease_list(request)
+    )
+
+
+def _lease_list(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     form = LeaseFilterForm(request.GET)
     form.is_valid()  # invalid parameters are shown as errors; the valid ones still apply

@@ -32,6 +32,12 @@ def skip_or_fail(reason: str, *, required_by: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture(autouse=True)
+def render_every_request(settings) -> None:  # type: ignore[no-untyped-def]
+    """Tests see each change at once; the shared partial cache has tests of its own."""
+    settings.LEASE_TABLE_CACHE_SECONDS = 0
+
+
 @pytest.fixture
 def redis_url() -> str:
     url = os.environ.get("REDIS_URL")

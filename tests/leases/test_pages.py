@@ -550,3 +550,25 @@ def test_overview_refreshes_the_lease_region_and_keeps_the_workers_region(
     assert 'id="workers"' not in leases
     assert workers.lstrip().startswith('<section id="workers"')
     assert "kube-scheduler" not in workers
+
+
+def test_the_table_region_is_shared_for_a_second_but_login_is_still_checked(
+    engineer_client,
+    client,
+    settings,  # type: ignore[no-untyped-def]
+) -> None:
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.LEASE_TABLE_CACHE_SECONDS = 1
+    cluster = make_cluster("shared")
+    make_lease(cluster, "kube-scheduler", holder="first-holder")
+    headers = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "lease-table"}
+    url = "/leases/?q=kube-scheduler"
+    assert "first-holder" in engineer_client.get(url, **headers).content.decode()
+    cluster.leases.filter(name="kube-scheduler").update(holder="second-holder")
+    assert "first-holder" in engineer_client.get(url, **headers).content.decode()
+    anonymous = Client().get(url, **headers)
+    assert anonymous.status_code == 302, "anonymous requests never see it"
+    cache.clear()
+    assert "second-holder" in engineer_client.get(url, **headers).content.decode()
