@@ -14,6 +14,7 @@ transition the old one already wrote.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -39,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 UPSERT_BATCH_SIZE = 2000
+# One flush writes at most this many leases (oldest first); the rest wait for the next one.
+FLUSH_MAX_LEASES = 4000
 LEASE_UPDATE_FIELDS = [
     "uid",
     "lease_class",
@@ -84,6 +87,8 @@ class FlushResult:
     events: int = 0
     # Worst delay from an event's arrival to its row being committed, in seconds.
     lag_seconds: float = 0.0
+    # Nothing observed before this flush is still waiting (the flush was not capped).
+    drained: bool = True
 
 
 @dataclass(slots=True)
@@ -175,8 +180,9 @@ class LeaseIngestor:
         which is what makes a restarted watcher agree with the database.
         """
         with self._lock:
-            batch, self._batch = self._batch, _Batch()
-        result = FlushResult(events=batch.events)
+            batch = self._take_oldest(FLUSH_MAX_LEASES)
+            drained = self._batch.is_empty()
+        result = FlushResult(events=batch.events, drained=drained)
         if batch.is_empty():
             return result
         pending_transitions: dict[Key, list[PendingTransition]] = {}
@@ -218,6 +224,30 @@ class LeaseIngestor:
             oldest_deletion = min(batch.deleted.values())
             result.lag_seconds = max(result.lag_seconds, time.monotonic() - oldest_deletion)
         return result
+
+    def _take_oldest(self, limit: int) -> _Batch:
+        """Hand over the longest-waiting leases (at most `limit`), with their transitions.
+
+        Under full load every lease is pending all the time; writing the oldest first, in
+        bounded flushes, keeps the wait of any one lease near the time it takes to write
+        the whole set once, instead of a whole flush plus the next one.
+        """
+        current = self._batch
+        if len(current.leases) <= limit:
+            self._batch = _Batch()
+            return current
+        taken = _Batch(events=current.events, deleted=current.deleted)
+        for key in list(itertools.islice(current.leases, limit)):
+            taken.leases[key] = current.leases.pop(key)
+            taken.received[key] = current.received.pop(key)
+        keep: list[PendingTransition] = []
+        for transition in current.transitions:
+            if transition.key in taken.leases or transition.key in taken.deleted:
+                taken.transitions.append(transition)
+            else:
+                keep.append(transition)
+        current.transitions, current.deleted, current.events = keep, {}, 0
+        return taken
 
     def _upsert(self, observations: list[LeaseObservation], now: datetime) -> dict[Key, int]:
         if not observations:

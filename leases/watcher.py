@@ -303,9 +303,10 @@ class LeaseWatcher:
         elapsed = now - self._status_at
         updates: dict[str, object] = {
             "last_flush_at": timezone.now(),
-            "resource_version": committed_version[:64],
             "events_total": F("events_total") + result.events,
         }
+        if result.drained:
+            updates["resource_version"] = committed_version[:64]
         if result.events:
             updates["last_event_at"] = timezone.now()
         if result.leases_written or result.deletions_written:
