@@ -33,7 +33,9 @@ run: install
 	$(BIN)/python manage.py ensure_demo_user
 	$(BIN)/python manage.py setup_demo
 	@echo "Dashboard: http://127.0.0.1:$${DASHBOARD_PORT:-8000}  (Ctrl-C stops everything)"
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start -f Procfile
+	@# Alert mail goes to the console backend unless EMAIL_URL says otherwise.
+	PATH="$(abspath $(BIN)):$$PATH" ALERT_EMAIL_TO="$${ALERT_EMAIL_TO:-oncall@localhost}" \
+		$(BIN)/honcho start -f Procfile
 
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)
