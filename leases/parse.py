@@ -148,16 +148,38 @@ def resource_version_of(obj: object) -> str:
     return _text(_metadata(obj).get("resourceVersion"), 64)
 
 
-def parse_lease(obj: object) -> LeaseObservation | None:
+@dataclass(frozen=True, slots=True)
+class _Envelope:
+    namespace: str
+    name: str
+    metadata: dict[str, Any]
+    spec: dict[str, Any]
+    raw: dict[str, Any]
+
+
+def _envelope(obj: object) -> _Envelope | None:
+    """The parts every namespaced object has; None when it has no namespace or name."""
     if not isinstance(obj, dict):
         return None
     metadata = _metadata(obj)
     namespace, name = _text(metadata.get("namespace")), _text(metadata.get("name"))
     if not namespace or not name:
         return None
-    spec = _spec(obj)
+    return _Envelope(namespace, name, metadata, _spec(obj), _without_managed_fields(obj, metadata))
+
+
+def parse_lease(obj: object) -> LeaseObservation | None:
+    envelope = _envelope(obj)
+    if envelope is None:
+        return None
+    namespace, name, metadata, spec = (
+        envelope.namespace,
+        envelope.name,
+        envelope.metadata,
+        envelope.spec,
+    )
     labels = _labels(metadata.get("labels"))
-    raw = _without_managed_fields(obj, metadata)
+    raw = envelope.raw
     return LeaseObservation(
         namespace=namespace,
         name=name,
@@ -180,17 +202,13 @@ def parse_lease(obj: object) -> LeaseObservation | None:
 
 
 def parse_candidate(obj: object) -> CandidateObservation | None:
-    if not isinstance(obj, dict):
+    envelope = _envelope(obj)
+    if envelope is None:
         return None
-    metadata = _metadata(obj)
-    namespace, name = _text(metadata.get("namespace")), _text(metadata.get("name"))
-    if not namespace or not name:
-        return None
-    spec = _spec(obj)
-    raw = _without_managed_fields(obj, metadata)
+    spec, raw = envelope.spec, envelope.raw
     return CandidateObservation(
-        namespace=namespace,
-        name=name,
+        namespace=envelope.namespace,
+        name=envelope.name,
         lease_name=_text(spec.get("leaseName")),
         binary_version=_text(spec.get("binaryVersion"), 64),
         emulation_version=_text(spec.get("emulationVersion"), 64),
