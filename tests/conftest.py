@@ -74,6 +74,16 @@ def docker_compose() -> list[str]:
     return []
 
 
+def reset_celery_connections() -> None:
+    """Forget Celery's connection and producer pools (closed ones cannot be reused)."""
+    from dashboard.celery import app
+
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    app.amqp._producer_pool = None
+
+
 def run_django(
     code: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:

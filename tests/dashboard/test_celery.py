@@ -12,6 +12,7 @@ from django.db import connections
 from dashboard.celery import app
 from dashboard.models import WorkerHeartbeat
 from dashboard.tasks import record_worker_heartbeat
+from tests.conftest import reset_celery_connections
 
 
 def test_two_queues_and_watch_tasks_are_routed_to_the_watch_queue() -> None:
@@ -39,7 +40,12 @@ def test_acks_late_is_off_unless_a_task_opts_in() -> None:
 def isolated_broker(tmp_path: Path) -> Iterator[None]:
     """Keep the test's messages apart from a `make run` that may share var/broker."""
     if not app.conf.broker_url.startswith("filesystem"):
-        yield
+        # Redis: the queue is shared, but the test worker closes the connection pool when
+        # it stops; later tests must get a new one.
+        try:
+            yield
+        finally:
+            _reset_connection_pool()
         return
     saved = app.conf.broker_transport_options
     folder = tmp_path / "queue"
@@ -58,13 +64,7 @@ def isolated_broker(tmp_path: Path) -> Iterator[None]:
 
 
 def _reset_connection_pool() -> None:
-    # Connections in the pool were made with the old transport options; a closed pool
-    # cannot be reused, so drop it and let Celery build a new one on first use.
-    if app._pool is not None:
-        app._pool.force_close_all()
-        app._pool = None
-    # The producer pool wraps the connection pool; it must not keep the closed one.
-    app.amqp._producer_pool = None
+    reset_celery_connections()
 
 
 @pytest.fixture

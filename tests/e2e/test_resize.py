@@ -24,16 +24,14 @@ from nks.fake_api import FakeNks
 from nks.models import NksCluster, ResizeRequest, ResizeState
 from nks.poller import forget_clients, poll_account
 from nks.services import register_nks_account
+from tests.conftest import reset_celery_connections
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _reset_broker_connections() -> None:
     # Pools hold connections made with the old transport options.
-    if app._pool is not None:
-        app._pool.force_close_all()
-        app._pool = None
-    app.amqp._producer_pool = None
+    reset_celery_connections()
 
 
 @pytest.fixture

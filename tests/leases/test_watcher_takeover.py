@@ -18,7 +18,7 @@ from leases.locks import LOCK_TTL_SECONDS
 from leases.models import KubeCluster, LeaseTransition
 from leases.services import clusters_without_watcher
 from leases.tasks import watch_cluster
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, reset_celery_connections
 from tests.leases.test_watcher import (
     TOKEN,
     database_matches_server,
@@ -86,6 +86,8 @@ def test_a_killed_watcher_is_replaced_without_duplicate_transitions(
     apiserver.store.apply_lease("operators", "op-leader", leader_spec("op-a", 1))
     cluster = register(apiserver)
     assert clusters_without_watcher() == [cluster.id]
+    # Another test's in-process worker may have closed the app's connection pool.
+    reset_celery_connections()
     # A queue of its own, so messages of other test runs cannot reach these workers.
     queue = f"watch-takeover-{uuid.uuid4().hex[:8]}"
     workers = [_start_worker(queue, f"w{number}", redis_url) for number in (1, 2)]
