@@ -75,12 +75,17 @@ def docker_compose() -> list[str]:
 
 
 def reset_celery_connections() -> None:
-    """Forget Celery's connection and producer pools (closed ones cannot be reused)."""
+    """Forget Celery's connection and producer pools (closed ones cannot be reused).
+
+    kombu keeps pools in a process-wide registry keyed by the broker connection, so a pool
+    an in-process test worker closed would be handed out again: clear the registry too.
+    """
+    from kombu import pools
+
     from dashboard.celery import app
 
-    if app._pool is not None:
-        app._pool.force_close_all()
-        app._pool = None
+    pools.reset()
+    app._pool = None
     app.amqp._producer_pool = None
 
 
