@@ -41,9 +41,10 @@ from leases.models import (
 PAGE_SIZE = 100
 API_PAGE_SIZE = 500
 # A lease whose holder changed this often within the window is flapping: its leader keeps
-# losing it (overloaded API server, CPU starvation, network trouble).
-FLAP_WINDOW = timedelta(minutes=10)
-FLAP_THRESHOLD = 3
+# losing it (overloaded API server, CPU starvation, network trouble). The same settings are
+# the lease_flapping alert rule's defaults, so the page and the mails agree.
+FLAP_WINDOW = timedelta(seconds=settings.ALERT_FLAP_WINDOW_SECONDS)
+FLAP_THRESHOLD = settings.ALERT_FLAP_CHANGES
 EXPIRING_SOON = timedelta(seconds=10)
 # A candidate answers the API server's pings by renewing; one that has not renewed for a
 # minute is not taking part in the election any more.
