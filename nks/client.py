@@ -47,40 +47,39 @@ EXCERPT_LIMIT = 200
 # --------------------------------------------------------------------------------------------
 
 
-class Freshness(enum.StrEnum):
-    """How much the cluster's health data can be trusted (``health_status``)."""
+class _ClassifiedEnum(enum.StrEnum):
+    """An enum whose members are the documented values, plus UNKNOWN for anything else."""
+
+    @classmethod
+    def classify(cls, raw: str | None) -> Self:
+        if raw is None:
+            return cls("UNKNOWN")
+        try:
+            return cls(raw.strip().upper())
+        except ValueError:
+            return cls("UNKNOWN")
+
+
+class Freshness(_ClassifiedEnum):
+    """How much the cluster's health data can be trusted (``health_status``).
+
+    "HEALTHY" (the guide's own examples) is deliberately UNKNOWN, not FRESH: it says nothing
+    about how old the data is, and silence must never be shown as health.
+    """
 
     FRESH = "FRESH"
     STALE = "STALE"
     ROTTEN = "ROTTEN"
     UNKNOWN = "UNKNOWN"
 
-    @classmethod
-    def classify(cls, raw: str | None) -> Freshness:
-        # "HEALTHY" (the guide's own examples) is deliberately not FRESH: it says nothing about
-        # how old the data is, and silence must never be shown as health.
-        if raw is None:
-            return cls.UNKNOWN
-        return {"FRESH": cls.FRESH, "STALE": cls.STALE, "ROTTEN": cls.ROTTEN}.get(
-            raw.strip().upper(), cls.UNKNOWN
-        )
 
-
-class EventState(enum.StrEnum):
+class EventState(_ClassifiedEnum):
     """State of an NKS operation (an entry of ``/events``)."""
 
     SUCCESS = "SUCCESS"
     FAIL = "FAIL"
     IN_PROGRESS = "IN_PROGRESS"
     UNKNOWN = "UNKNOWN"
-
-    @classmethod
-    def classify(cls, raw: str | None) -> EventState:
-        if raw is None:
-            return cls.UNKNOWN
-        return {"SUCCESS": cls.SUCCESS, "FAIL": cls.FAIL, "IN_PROGRESS": cls.IN_PROGRESS}.get(
-            raw.strip().upper(), cls.UNKNOWN
-        )
 
 
 class OperationPhase(enum.StrEnum):
