@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,6 +88,51 @@ def reset_celery_connections() -> None:
     pools.reset()
     app._pool = None
     app.amqp._producer_pool = None
+
+
+@pytest.fixture
+def private_broker(tmp_path: Path) -> Iterator[None]:
+    """A broker no other test (or `make run`) shares: a folder, or a Redis key prefix."""
+    from dashboard.celery import app
+
+    saved = app.conf.broker_transport_options
+    if app.conf.broker_url.startswith("filesystem"):
+        folder = tmp_path / "queue"
+        folder.mkdir()
+        options = {**saved, "data_folder_in": str(folder), "data_folder_out": str(folder)}
+    else:
+        options = {**saved, "global_keyprefix": f"test-{uuid.uuid4().hex}:"}
+    app.conf.broker_transport_options = options
+    reset_celery_connections()  # pools hold connections made with the old options
+    try:
+        yield
+    finally:
+        app.conf.broker_transport_options = saved
+        reset_celery_connections()
+
+
+@pytest.fixture
+def celery_worker(private_broker: None) -> Iterator[None]:
+    """A real Celery worker in a thread, consuming the `default` queue of a private broker."""
+    from celery.contrib.testing.worker import start_worker
+    from celery.signals import task_postrun
+    from django.db import connections
+
+    from dashboard.celery import app
+
+    def close(**_: object) -> None:
+        # The worker thread's connection must not outlive the test database (the `celery
+        # worker` command installs Django's fixup for this; the test worker does not).
+        connections.close_all()
+
+    task_postrun.connect(close, weak=False)
+    try:
+        with start_worker(
+            app, pool="solo", perform_ping_check=False, queues=["default"], loglevel="WARNING"
+        ):
+            yield
+    finally:
+        task_postrun.disconnect(close)
 
 
 def run_django(

@@ -10,63 +10,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from celery.contrib.testing.worker import start_worker
-from celery.signals import task_postrun
 from django.contrib.auth.models import Group
 from django.db import connections
 
-from dashboard.celery import app
 from nks.fake_api import FakeNks
 from nks.models import NksCluster, ResizeRequest, ResizeState
 from nks.poller import forget_clients, poll_account
 from nks.services import register_nks_account
-from tests.conftest import reset_celery_connections
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _reset_broker_connections() -> None:
-    # Pools hold connections made with the old transport options.
-    reset_celery_connections()
-
-
-@pytest.fixture
-def private_broker(tmp_path: Path) -> Iterator[None]:
-    """A broker no other test (or `make run`) shares: a folder, or a Redis key prefix."""
-    saved = app.conf.broker_transport_options
-    if app.conf.broker_url.startswith("filesystem"):
-        folder = tmp_path / "queue"
-        folder.mkdir()
-        options = {**saved, "data_folder_in": str(folder), "data_folder_out": str(folder)}
-    else:
-        options = {**saved, "global_keyprefix": f"e2e-{uuid.uuid4().hex}:"}
-    app.conf.broker_transport_options = options
-    _reset_broker_connections()
-    try:
-        yield
-    finally:
-        app.conf.broker_transport_options = saved
-        _reset_broker_connections()
-
-
-@pytest.fixture
-def celery_worker(private_broker: None) -> Iterator[None]:
-    def close(**_: object) -> None:
-        # The worker thread's connection must not outlive the test database.
-        connections.close_all()
-
-    task_postrun.connect(close, weak=False)
-    try:
-        with start_worker(
-            app, pool="solo", perform_ping_check=False, queues=["default"], loglevel="WARNING"
-        ):
-            yield
-    finally:
-        task_postrun.disconnect(close)
 
 
 @pytest.fixture
