@@ -75,6 +75,15 @@ class LeaseState(models.TextChoices):
     RELEASED = "released", "released"
 
 
+def lease_state(holder: str, expires_at: datetime | None, now: datetime) -> LeaseState:
+    """Expiry is a matter of the clock: the same rule for rows, dicts and queries."""
+    if not holder:
+        return LeaseState.RELEASED
+    if expires_at is not None and expires_at <= now:
+        return LeaseState.EXPIRED
+    return LeaseState.HELD
+
+
 class LeaseQuerySet(models.QuerySet["Lease"]):
     def live(self) -> LeaseQuerySet:
         return self.filter(deleted_at__isnull=True)
@@ -132,11 +141,7 @@ class Lease(models.Model):
         return f"{self.cluster_id}:{self.namespace}/{self.name}"
 
     def state_at(self, now: datetime) -> LeaseState:
-        if not self.holder:
-            return LeaseState.RELEASED
-        if self.expires_at is not None and self.expires_at <= now:
-            return LeaseState.EXPIRED
-        return LeaseState.HELD
+        return lease_state(self.holder, self.expires_at, now)
 
 
 class LeaseTransition(models.Model):

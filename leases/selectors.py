@@ -36,6 +36,7 @@ from leases.models import (
     LeaseQuerySet,
     LeaseState,
     LeaseTransition,
+    lease_state,
 )
 
 PAGE_SIZE = 100
@@ -137,13 +138,8 @@ def when(moment: datetime | None, now: datetime) -> When | None:
     )
 
 
-def state_of(holder: str, expires_at: datetime | None, now: datetime) -> LeaseState:
-    # Same rule as Lease.state_at, for rows read with .values().
-    if not holder:
-        return LeaseState.RELEASED
-    if expires_at is not None and expires_at <= now:
-        return LeaseState.EXPIRED
-    return LeaseState.HELD
+# For rows read with .values(): the rule of Lease.state_at.
+state_of = lease_state
 
 
 def expiry_text(state: str, expires_at: datetime | None, now: datetime) -> str:
