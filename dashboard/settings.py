@@ -16,6 +16,8 @@ from pathlib import Path
 import dj_database_url
 import dj_email_url
 
+from dashboard.encryption import generate_key as generate_encryption_key
+from dashboard.encryption import validate_keys as validate_encryption_keys
 from dashboard.env import (
     BadEnvironment,
     env_bool,
@@ -55,6 +57,38 @@ if PRODUCTION:
         )
 else:
     SECRET_KEY = env_optional("SECRET_KEY") or _development_secret_key()
+
+# --- Secrets at rest ------------------------------------------------------------------------
+# Fernet keys, comma-separated: the first encrypts, all decrypt (see dashboard/encryption.py
+# and `manage.py rotate_secrets`). Development generates one under var/ like the secret key;
+# production refuses to start without them, since a generated key would be lost with the pod.
+
+
+def _development_encryption_key() -> str:
+    path = VAR_DIR / "encryption_key"
+    if not path.exists():
+        path.write_text(generate_encryption_key(), encoding="utf-8")
+        path.chmod(0o600)
+    return path.read_text(encoding="utf-8").strip()
+
+
+SECRETS_ENCRYPTION_KEYS = [
+    key.strip()
+    for line in env_list("SECRETS_ENCRYPTION_KEYS", [])
+    for key in line.splitlines()
+    if key.strip()
+]
+if not SECRETS_ENCRYPTION_KEYS:
+    if PRODUCTION:
+        raise BadEnvironment(
+            "SECRETS_ENCRYPTION_KEYS (or SECRETS_ENCRYPTION_KEYS_FILE) is required in production: "
+            "comma-separated Fernet keys, the first encrypts, all decrypt."
+        )
+    SECRETS_ENCRYPTION_KEYS = [_development_encryption_key()]
+try:
+    validate_encryption_keys(SECRETS_ENCRYPTION_KEYS)
+except ValueError as exc:
+    raise BadEnvironment(str(exc)) from None
 
 DEBUG = env_bool("DEBUG", default=not PRODUCTION)
 

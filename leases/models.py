@@ -11,6 +11,8 @@ from datetime import datetime, timedelta
 from django.db import models
 from django.utils import timezone
 
+from dashboard.encryption import EncryptedTextField
+
 # A watcher that has not flushed for this long is stale: its data must not pass as current.
 WATCHER_STALE_AFTER = timedelta(seconds=30)
 
@@ -23,8 +25,12 @@ class KubeCluster(models.Model):
     name = models.SlugField(max_length=63, unique=True)
     enabled = models.BooleanField(default=True)
     source = models.CharField(max_length=20, choices=Source.choices, default=Source.KUBECONFIG)
-    # A secret: it may hold tokens or client keys. Never rendered, logged or put in errors.
-    kubeconfig = models.TextField(blank=True)
+    # A secret: it may hold tokens or client keys. Encrypted at rest; never rendered, logged
+    # or put in errors.
+    kubeconfig = EncryptedTextField(blank=True)
+    # Something about the configuration an engineer should know, though it works (TLS
+    # verification turned off); shown on the watchers page.
+    config_warning = models.TextField(blank=True)
     context = models.CharField(max_length=253, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
@@ -45,6 +51,11 @@ class KubeCluster(models.Model):
     )
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
+    skipped_objects_total = models.BigIntegerField(
+        default=0,
+        help_text="Objects from the API server skipped or cleaned because they could not be "
+        "stored as sent (a NUL character, say).",
+    )
     candidates_api = models.CharField(max_length=40, blank=True)
 
     class Meta:

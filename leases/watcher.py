@@ -20,6 +20,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from django.db.models import F
 from django.utils import timezone
 
+from dashboard.encryption import secret_problem
 from leases import kube
 from leases.ingest import LeaseIngestor, sync_candidates
 from leases.locks import ExpiringLock
@@ -153,6 +154,11 @@ class LeaseWatcher:
     def _connect(self) -> object:
         if self._api is None:
             cluster = KubeCluster.objects.get(pk=self.cluster_id)
+            problem = secret_problem(cluster.kubeconfig)
+            if problem is not None:
+                # A missing or wrong encryption key: say so on the row and back off like any
+                # configuration error; never fall back to the stored text.
+                raise kube.KubeError(f"The kubeconfig cannot be read: {problem}", kind="config")
             self._api = kube.connect(
                 kube.ClusterConfig(
                     in_cluster=cluster.source == KubeCluster.Source.IN_CLUSTER,

@@ -24,6 +24,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from dashboard.encryption import EncryptedTextField
+
 
 def stale_after() -> timedelta:
     """How old polled data may be before it is shown as stale: three missed polls, >= 90 s."""
@@ -75,8 +77,9 @@ class NksAccount(models.Model):
     )
     tenant_id = models.CharField("tenant ID", max_length=64, blank=True)
     username = models.CharField(max_length=254, blank=True)
-    password = models.TextField(blank=True)
-    token = models.TextField(blank=True)
+    # Secrets: encrypted at rest (dashboard.encryption).
+    password = EncryptedTextField(blank=True)
+    token = EncryptedTextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     # Poll status, written by the poller.

@@ -32,6 +32,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from dashboard.encryption import secret_problem
 from leases.locks import ExpiringLock
 from nks import client as nks
 from nks.models import (
@@ -131,8 +132,17 @@ _clients_lock = threading.Lock()
 def client_for(account: NksAccount) -> nks.NksClient:
     """The account's client, kept per process so its token and connections are reused.
 
-    Rebuilt when the account's URL or credentials (or the HTTP settings) change.
+    Rebuilt when the account's URL or credentials (or the HTTP settings) change. A secret
+    that cannot be decrypted is an account error, never an attempt with an empty password.
     """
+    problem = secret_problem(account.password) or secret_problem(account.token)
+    if problem is not None:
+        raise nks.NksError(
+            f"The account's stored credentials cannot be read: {problem}",
+            retryable=False,
+            status=None,
+            kind=nks.ErrorKind.CLIENT,
+        )
     fingerprint = (
         *account.credentials_fingerprint(),
         settings.NKS_HTTP_TIMEOUT,
