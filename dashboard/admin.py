@@ -10,11 +10,21 @@ from dashboard.models import ApiToken, WorkerHeartbeat
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked_at")
-    list_filter = ("revoked_at",)
+    list_display = (
+        "prefix",
+        "user",
+        "name",
+        "scope",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    list_filter = ("scope", "revoked_at")
     search_fields = ("prefix", "user__username", "name")
-    readonly_fields = ("prefix", "user", "created_at", "last_used_at")
-    fields = ("prefix", "user", "name", "created_at", "last_used_at", "revoked_at")
+    # The scope is chosen when the token is issued (create_api_token --scope), where the
+    # operator check runs; widening it here would skip that check. Issue a new token instead.
+    readonly_fields = ("prefix", "user", "scope", "created_at", "last_used_at")
+    fields = ("prefix", "user", "name", "scope", "created_at", "last_used_at", "revoked_at")
     actions = ("revoke",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:

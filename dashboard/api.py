@@ -3,6 +3,10 @@
 The API is for scripts and automation: a per-user bearer token (`create_api_token`), or the
 browser session of a logged-in engineer. Failures answer JSON, never the login page, and a
 401 does not say whether the token was unknown, revoked or malformed.
+
+Each endpoint declares the token scope it needs (``api_view(scope=...)``); a token whose
+scope falls short gets a 403 that names the scope. Scopes limit tokens only: a browser
+session acts with its user's permissions, which every view checks on its own.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
+from dashboard.models import ApiToken
 from dashboard.services import authenticate_api_token
 
 View = Callable[..., HttpResponse]
@@ -36,8 +41,24 @@ def json_error(message: str, status: int, **extra: Any) -> HttpResponse:
     return json_response({"error": message, **extra}, status=status, headers=headers)
 
 
-def api_view(methods: tuple[str, ...] = ("GET", "HEAD")) -> Callable[[View], View]:
-    """Token or session authentication for an API view; JSON errors instead of redirects."""
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def api_view(
+    methods: tuple[str, ...] = ("GET", "HEAD"),
+    scope: ApiToken.Scope | None = None,
+    action: str = "this endpoint",
+) -> Callable[[View], View]:
+    """Token or session authentication for an API view; JSON errors instead of redirects.
+
+    ``scope`` is the token scope the view needs; left out, it is ``write`` as soon as the
+    view accepts a method that can change something, so a new write endpoint cannot be
+    reached with a read token by oversight. ``action`` names what the scope is needed for
+    in the 403 ("resizing").
+    """
+    required = scope or (
+        ApiToken.Scope.READ if SAFE_METHODS.issuperset(methods) else ApiToken.Scope.WRITE
+    )
 
     def decorator(view: View) -> View:
         @functools.wraps(view)
@@ -52,6 +73,13 @@ def api_view(methods: tuple[str, ...] = ("GET", "HEAD")) -> Callable[[View], Vie
                 )
                 if token is None:
                     return json_error("invalid or missing API token", 401)
+                if not token.has_scope(required):
+                    return json_error(
+                        f"this token's scope is {token.scope}; {action} needs a token with"
+                        f" scope {required}",
+                        403,
+                        required_scope=required.value,
+                    )
                 request.user = token.user
                 request.api_token = token  # type: ignore[attr-defined]
             elif not request.user.is_authenticated:

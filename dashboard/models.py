@@ -37,7 +37,17 @@ class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
 
 
 class ApiToken(models.Model):
-    """A per-user bearer token for the read-only JSON API. Only its hash is stored."""
+    """A per-user bearer token for the JSON API. Only its hash is stored.
+
+    A token carries a scope: ``read`` (the default) reaches every GET endpoint, ``write``
+    also the endpoints that change clusters. The scope limits the token, never the user:
+    a write token still needs a user with the permission for the action.
+    """
+
+    class Scope(models.TextChoices):
+        # Ordered from least to most: each scope includes the ones before it.
+        READ = "read", "read (GET endpoints)"
+        WRITE = "write", "write (also resizes)"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
@@ -50,6 +60,12 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    scope = models.CharField(
+        max_length=10,
+        choices=Scope,
+        default=Scope.READ,
+        help_text="read: GET endpoints only; write: also endpoints that change clusters.",
+    )
 
     objects = ApiTokenQuerySet.as_manager()
 
@@ -60,13 +76,24 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.user})"
 
     @classmethod
-    def issue(cls, user: models.Model, name: str = "") -> tuple[ApiToken, str]:
+    def issue(
+        cls, user: models.Model, name: str = "", scope: str = Scope.READ
+    ) -> tuple[ApiToken, str]:
         """Create a token; the plain text is returned once and never stored."""
         plain = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
-            user=user, name=name, prefix=plain[:10], token_hash=hash_api_token(plain)
+            user=user,
+            name=name,
+            prefix=plain[:10],
+            token_hash=hash_api_token(plain),
+            scope=cls.Scope(scope),
         )
         return token, plain
+
+    def has_scope(self, required: str) -> bool:
+        """Whether this token's scope covers ``required`` (write covers read)."""
+        order = list(self.Scope)
+        return order.index(self.Scope(self.scope)) >= order.index(self.Scope(required))
 
     @property
     def is_active(self) -> bool:

@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from dashboard.api import api_view, json_error, json_response
+from dashboard.models import ApiToken
 from dashboard.services import can_change_clusters
 from nks.forms import ResizeForm
 from nks.models import ResizeRequest
@@ -66,14 +67,15 @@ def _resize_body(request: HttpRequest) -> tuple[dict[str, Any] | None, HttpRespo
     return body, None
 
 
-@api_view(methods=("POST",))
+@api_view(methods=("POST",), scope=ApiToken.Scope.WRITE, action="resizing")
 def resize(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
     """Ask for a resize: ``{"node_count": 3, "nodes_to_remove": [...], "reason": "..."}``.
 
     The same permission (operators), checks and audit as the form, without the typed
-    confirmation. Answers 202 with the request's id and URLs (follow ``api_url`` until
-    ``in_flight`` is false), 400 with ``fields`` errors, 403, 404, or 409 when a resize of
-    the nodegroup is already in flight (its request is in ``request``).
+    confirmation; a bearer token also needs scope ``write``. Answers 202 with the request's
+    id and URLs (follow ``api_url`` until ``in_flight`` is false), 400 with ``fields``
+    errors, 403 (no permission, or a read token: ``required_scope``), 404, or 409 when a
+    resize of the nodegroup is already in flight (its request is in ``request``).
     """
     if not can_change_clusters(request.user):
         return json_error("resizing nodegroups needs the operators group", 403)

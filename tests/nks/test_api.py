@@ -48,8 +48,8 @@ NODEGROUP_KEYS = {
 }
 
 
-def token_client(user: Any) -> Client:
-    _, token = ApiToken.issue(user, name="tests")
+def token_client(user: Any, scope: str = ApiToken.Scope.READ) -> Client:
+    _, token = ApiToken.issue(user, name="tests", scope=scope)
     return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
 
 
@@ -57,7 +57,7 @@ def token_client(user: Any) -> Client:
 def automation(django_user_model: Any) -> Client:
     user = django_user_model.objects.create_user("autoscaler-bot")
     user.groups.add(Group.objects.get(name="operators"))
-    return token_client(user)
+    return token_client(user, ApiToken.Scope.WRITE)
 
 
 @pytest.fixture
@@ -185,8 +185,12 @@ def test_invalid_resizes_answer_400_with_field_errors(
     assert ResizeRequest.objects.count() == 0
 
 
-def test_a_resize_without_the_permission_is_forbidden(polled: NksAccount, reader: Client) -> None:
-    answer = post(reader, resize_path(default_worker()), {"node_count": 4, "reason": "x"}, 403)
+def test_a_resize_without_the_permission_is_forbidden(
+    polled: NksAccount, django_user_model: Any
+) -> None:
+    # A write token, so that the user's missing permission is what refuses the resize.
+    client = token_client(django_user_model.objects.create_user("grafana"), ApiToken.Scope.WRITE)
+    answer = post(client, resize_path(default_worker()), {"node_count": 4, "reason": "x"}, 403)
     assert "operators" in answer["error"]
     assert ResizeRequest.objects.count() == 0
 
