@@ -23,6 +23,7 @@ from urllib.parse import quote, urlencode
 
 import orjson
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, F, OrderBy, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.urls import reverse
@@ -254,11 +255,17 @@ def encode_cursor(values: Sequence[Any], row_id: int) -> str:
 
 
 def decode_cursor(token: str, sort: SortKey) -> tuple[Any, ...]:
-    """The sort values a cursor carries, or those of the row it names ("i.<id>")."""
+    """The sort values a cursor carries, or those of the row it names ("i.<id>").
+
+    A cursor is a URL anyone can edit: everything in it is checked here, before it reaches
+    a query, so that a bad one is a CursorError (a 400, or the first page with a banner),
+    never a database error.
+    """
     kind, _, body = token.partition(".")
     columns = sort.all_columns
-    if kind == "i" and body.isdigit():
-        row = Lease.objects.filter(pk=int(body)).values_list(*(c.field for c in columns)).first()
+    if kind == "i":
+        row_id = _cursor_int(SortColumn("id", "int"), _row_id(body))
+        row = Lease.objects.filter(pk=row_id).values_list(*(c.field for c in columns)).first()
         if row is None:
             raise CursorError("the lease this page started at is gone")
         return tuple(row)
@@ -275,6 +282,32 @@ def decode_cursor(token: str, sort: SortKey) -> tuple[Any, ...]:
     )
 
 
+# Row ids are at most 64-bit: 19 digits. Longer digit strings are not ids, and Python
+# refuses to parse more than 4,300 digits anyway (ValueError).
+_MAX_ID_DIGITS = 19
+
+
+def _row_id(body: str) -> int:
+    # isdigit() alone accepts "²" and other Unicode digits that int() refuses.
+    if not (body.isascii() and body.isdigit() and len(body) <= _MAX_ID_DIGITS):
+        raise CursorError("not a page cursor")
+    return int(body)
+
+
+def _cursor_int(column: SortColumn, value: int) -> int:
+    """The value, if the column's database type can hold it.
+
+    SQLite's driver raises OverflowError on integers beyond 64 bits, and PostgreSQL's
+    `integer` holds 32: the range comes from the database in use.
+    """
+    field = Lease._meta.get_field(column.field)
+    target = field.target_field if field.is_relation else field
+    low, high = connection.ops.integer_field_range(target.get_internal_type())
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise CursorError(f"{column.field} is out of range")
+    return value
+
+
 def _cursor_value(column: SortColumn, value: Any) -> Any:
     if value is None:
         if not column.nullable:
@@ -289,10 +322,21 @@ def _cursor_value(column: SortColumn, value: Any) -> Any:
             raise CursorError(f"{column.field} must be a time") from exc
         if moment.tzinfo is None:
             raise CursorError(f"{column.field} must carry a time zone")
-        return moment
+        # Databases store UTC: year 1 at +14:00 (or 9999 at -14:00) has no UTC datetime,
+        # and SQLite's adapter would fail converting it inside the query.
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError as exc:
+            raise CursorError(f"{column.field} is out of range") from exc
     expected = int if column.kind == "int" else str
     if not isinstance(value, expected) or isinstance(value, bool):
         raise CursorError(f"{column.field} has the wrong type")
+    if column.kind == "int":
+        return _cursor_int(column, value)
+    # PostgreSQL text cannot hold NUL, and psycopg refuses to send it (DataError): no
+    # value we wrote into a cursor ever has one.
+    if "\x00" in value:
+        raise CursorError(f"{column.field} holds a NUL character")
     return value
 
 
