@@ -13,11 +13,14 @@ status, and with its ciphertext kept so that saving the row does not destroy it.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.db import models
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 CIPHERTEXT_PREFIX = "fernet:"
 
@@ -168,8 +171,44 @@ def encrypted_fields() -> list[tuple[type[models.Model], str]]:
     from django.apps import apps
 
     return [
-        (model, field.name)
+        (model, model_field.name)
         for model in apps.get_models()
-        for field in model._meta.concrete_fields
-        if isinstance(field, EncryptedTextField)
+        for model_field in model._meta.concrete_fields
+        if isinstance(model_field, EncryptedTextField)
     ]
+
+
+@dataclass
+class RotationResult:
+    changed: int = 0
+    per_column: list[tuple[str, str, int]] = field(default_factory=list)
+    # "app.Model#pk.field" of secrets no configured key decrypts: left untouched.
+    unreadable: list[str] = field(default_factory=list)
+
+
+def rotate_stored_secrets() -> RotationResult:
+    """Re-encrypt every secret not already under the first key; safe to run twice.
+
+    Reads the stored ciphertext itself (cast to plain text, so the field does not decrypt
+    it), and writes each row in its own small transaction: a rotation interrupted halfway
+    leaves every row readable, since every old key still decrypts.
+    """
+    result = RotationResult()
+    for model, field_name in encrypted_fields():
+        changed = 0
+        stored_rows = model.objects.annotate(
+            stored=Cast(field_name, output_field=TextField())
+        ).values_list("pk", "stored")
+        for pk, stored in stored_rows.iterator():
+            if not stored or is_current(stored):
+                continue
+            try:
+                rotated = rotate(stored)
+            except SecretUnreadable:
+                result.unreadable.append(f"{model._meta.label}#{pk}.{field_name}")
+                continue
+            model.objects.filter(pk=pk).update(**{field_name: Ciphertext(rotated)})
+            changed += 1
+        result.per_column.append((model._meta.label, field_name, changed))
+        result.changed += changed
+    return result

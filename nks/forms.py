@@ -216,9 +216,13 @@ class NksAccountForm(forms.ModelForm):
         model = NksAccount
         fields = ["name", "enabled", "api_url", "identity_url", "tenant_id", "username"]
 
+    # Where the stored secret is sent, and whose it is: changing any of these re-targets it.
+    SECRET_DESTINATION_FIELDS = ("api_url", "identity_url", "tenant_id", "username")
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         stored = self.instance
+        self._require_secret_when_moved(data)
         token = data.get("token") or ("" if data.get("clear_token") else stored.token)
         password = data.get("password") or stored.password
         identity = [data.get("identity_url"), data.get("tenant_id"), data.get("username")]
@@ -237,6 +241,37 @@ class NksAccountForm(forms.ModelForm):
         # The model's own checks run on these after clean(): they must see the kept secrets.
         data["password"], data["token"] = password, token
         return data
+
+    def _require_secret_when_moved(self, data: dict[str, Any]) -> None:
+        """Refuse to send a stored password or token to a new address without it typed again.
+
+        Otherwise anyone who may edit the account could point it at a server of theirs and
+        collect the secret at the next poll.
+        """
+        stored = self.instance
+        if stored.pk is None or not (stored.password or stored.token):
+            return
+        moved = [
+            self.fields[name].label or name
+            for name in self.SECRET_DESTINATION_FIELDS
+            if name in self.changed_data
+        ]
+        if not moved:
+            return
+        what = ", ".join(str(label) for label in moved)
+        if stored.token and not data.get("clear_token"):
+            if not data.get("token"):
+                self.add_error(
+                    "token",
+                    f"You changed {what}: enter the token again, so the stored one is never "
+                    "sent to a new address.",
+                )
+        elif stored.password and not data.get("password") and not data.get("token"):
+            self.add_error(
+                "password",
+                f"You changed {what}: enter the password again, so the stored one is never "
+                "sent to a new address.",
+            )
 
     def save(self, commit: bool = True) -> NksAccount:
         account = super().save(commit=False)

@@ -4,6 +4,7 @@ import secrets
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 
 from dashboard.env import BadEnvironment, env_bool, env_int, env_list, env_str, env_url, redact_url
 from tests.conftest import run_django
@@ -11,6 +12,7 @@ from tests.conftest import run_django
 PRODUCTION_ENV = {
     "DJANGO_ENV": "production",
     "SECRET_KEY": secrets.token_urlsafe(60),
+    "SECRETS_ENCRYPTION_KEYS": Fernet.generate_key().decode(),
     "ALLOWED_HOSTS": "dashboard.example.org",
     "DATABASE_URL": "postgres://dashboard@db.internal:5432/dashboard",
     "REDIS_URL": "redis://redis.internal:6379/0",

@@ -41,7 +41,7 @@ def _deployment(component: str) -> dict[str, Any]:
 
 
 def test_docker_compose_file_is_valid(docker_compose: list[str]) -> None:
-    env = {**os.environ, "SECRET_KEY": "x" * 60}
+    env = {**os.environ, "SECRET_KEY": "x" * 60, "SECRETS_ENCRYPTION_KEYS": "k" * 44}
     result = subprocess.run(
         [*docker_compose, "-f", str(REPO_ROOT / "docker-compose.yml"), "config", "-q"],
         capture_output=True,

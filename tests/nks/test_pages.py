@@ -313,11 +313,66 @@ def test_admin_keeps_a_secret_left_empty_and_refuses_mixed_credentials(
         "password": "",
         "token": "",
     }
-    response = admin_client.post(url, form)
+    # Moving the secret to another user name needs it again (see the tests below); an edit
+    # that leaves where the secret goes alone keeps it when the field is left empty.
+    response = admin_client.post(url, {**form, "username": fake_nks.username, "enabled": ""})
     assert response.status_code == 302
     nks_account.refresh_from_db()
-    assert nks_account.username == "someone-else@example.com"
+    assert not nks_account.enabled
     assert nks_account.password == fake_nks.password, "an empty field keeps the secret"
     response = admin_client.post(url, {**form, "token": "tok-123"})
     assert response.status_code == 200
     assert "Give either a token or identity credentials, not both." in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("api_url", "https://collector.example/nks"),
+        ("identity_url", "https://collector.example/identity"),
+        ("tenant_id", "other-tenant"),
+        ("username", "someone-else@example.com"),
+    ],
+)
+def test_moving_the_password_to_another_address_needs_it_again(
+    nks_account: NksAccount, admin_client: Client, fake_nks: FakeNks, field: str, value: str
+) -> None:
+    url = f"/admin/nks/nksaccount/{nks_account.pk}/change/"
+    form = {
+        "name": "demo",
+        "enabled": "on",
+        "api_url": fake_nks.url,
+        "identity_url": fake_nks.identity_url,
+        "tenant_id": fake_nks.tenant_id,
+        "username": fake_nks.username,
+        "password": "",
+        "token": "",
+    }
+    response = admin_client.post(url, {**form, field: value})
+    assert response.status_code == 200
+    assert "enter the password again" in response.content.decode()
+    nks_account.refresh_from_db()
+    assert getattr(nks_account, field) != value, "nothing was saved"
+    assert nks_account.password == fake_nks.password
+
+    response = admin_client.post(url, {**form, field: value, "password": "typed-again"})
+    assert response.status_code == 302
+    nks_account.refresh_from_db()
+    assert getattr(nks_account, field) == value
+    assert nks_account.password == "typed-again"
+
+
+def test_moving_a_token_to_another_api_url_needs_it_again(admin_client: Client) -> None:
+    account, _ = register_nks_account("minted", api_url="https://nks.example", token="tok-1")
+    url = f"/admin/nks/nksaccount/{account.pk}/change/"
+    form = {"name": "minted", "enabled": "on", "api_url": "https://collector.example"}
+    response = admin_client.post(url, form)
+    assert response.status_code == 200
+    assert "enter the token again" in response.content.decode()
+    account.refresh_from_db()
+    assert account.api_url == "https://nks.example"
+
+    response = admin_client.post(url, {**form, "token": "tok-2"})
+    assert response.status_code == 302
+    account.refresh_from_db()
+    assert (account.api_url, account.token) == ("https://collector.example", "tok-2")
