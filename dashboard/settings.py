@@ -11,6 +11,7 @@ import ipaddress
 import os
 import secrets
 import zoneinfo
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -118,6 +119,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    "axes",
+    "mozilla_django_oidc",
     "dashboard",
     "leases",
     "nks",
@@ -139,6 +142,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as Axes asks: turns a locked-out login attempt into the lockout page (429).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -326,6 +331,89 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+# --- Sign-in (OIDC, throttling) ---------------------------------------------------------------
+# Single sign-on with an OpenID Connect provider (dashboard/oidc.py). Endpoints come from
+# OIDC_ISSUER's discovery document, fetched at the first sign-in, never here: settings must
+# load without the network. Explicit OIDC_OP_* endpoints replace discovery (or parts of it).
+_oidc_schemes = ("https",) if PRODUCTION else ("https", "http")
+OIDC_ISSUER = (env_url("OIDC_ISSUER", schemes=_oidc_schemes) or "").rstrip("/") or None
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_url("OIDC_OP_AUTHORIZATION_ENDPOINT", schemes=_oidc_schemes)
+OIDC_OP_TOKEN_ENDPOINT = env_url("OIDC_OP_TOKEN_ENDPOINT", schemes=_oidc_schemes)
+OIDC_OP_USER_ENDPOINT = env_url("OIDC_OP_USER_ENDPOINT", schemes=_oidc_schemes)
+OIDC_OP_JWKS_ENDPOINT = env_url("OIDC_OP_JWKS_ENDPOINT", schemes=_oidc_schemes)
+OIDC_RP_CLIENT_ID = env_optional("OIDC_CLIENT_ID")
+OIDC_RP_CLIENT_SECRET = env_optional("OIDC_CLIENT_SECRET")  # or OIDC_CLIENT_SECRET_FILE
+OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256").strip().upper()
+_oidc_algorithms = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "HS256")
+if OIDC_RP_SIGN_ALGO not in _oidc_algorithms:
+    raise BadEnvironment(
+        f"OIDC_RP_SIGN_ALGO={OIDC_RP_SIGN_ALGO!r} is not one of: {', '.join(_oidc_algorithms)}."
+    )
+OIDC_RP_SCOPES = " ".join(env_str("OIDC_SCOPES", "openid email profile").split())
+if "openid" not in OIDC_RP_SCOPES.split():
+    raise BadEnvironment(f"OIDC_SCOPES={OIDC_RP_SCOPES!r} must include openid.")
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+# Values of the groups claim that make a user a member of `operators` (re-applied at every
+# single sign-on: added when one is present, removed when none is).
+OIDC_OPERATOR_GROUPS = env_list("OIDC_OPERATOR_GROUPS", [])
+# Hide the password form; it stays reachable at /login/?local=1 for superusers only.
+OIDC_ONLY = env_bool("OIDC_ONLY", False)
+OIDC_TIMEOUT = 10
+OIDC_VERIFY_SSL = True
+OIDC_USE_PKCE = True
+OIDC_CREATE_USER = True
+OIDC_CALLBACK_CLASS = "dashboard.oidc.CallbackView"
+OIDC_AUTHENTICATE_CLASS = "dashboard.oidc.AuthenticateView"
+
+_oidc_endpoint_names = {
+    "OIDC_OP_AUTHORIZATION_ENDPOINT": OIDC_OP_AUTHORIZATION_ENDPOINT,
+    "OIDC_OP_TOKEN_ENDPOINT": OIDC_OP_TOKEN_ENDPOINT,
+    "OIDC_OP_USER_ENDPOINT": OIDC_OP_USER_ENDPOINT,
+}
+if not OIDC_RP_SIGN_ALGO.startswith("HS"):
+    _oidc_endpoint_names["OIDC_OP_JWKS_ENDPOINT"] = OIDC_OP_JWKS_ENDPOINT
+_oidc_settings = {
+    "OIDC_ISSUER": OIDC_ISSUER,
+    "OIDC_CLIENT_ID": OIDC_RP_CLIENT_ID,
+    "OIDC_CLIENT_SECRET": OIDC_RP_CLIENT_SECRET,
+    "OIDC_OPERATOR_GROUPS": OIDC_OPERATOR_GROUPS,
+    "OIDC_ONLY": OIDC_ONLY,
+    **_oidc_endpoint_names,
+}
+if any(_oidc_settings.values()):
+    # Half a configuration is a broken sign-in button: refuse to start, naming what is
+    # missing (by name only: the secret's value never appears in a message).
+    _given = ", ".join(name for name, value in _oidc_settings.items() if value)
+    for _name in ("OIDC_CLIENT_ID", "OIDC_CLIENT_SECRET"):
+        if not _oidc_settings[_name]:
+            raise BadEnvironment(f"{_name} is required for single sign-on (set: {_given}).")
+    if not OIDC_ISSUER:
+        for _name, _value in _oidc_endpoint_names.items():
+            if not _value:
+                raise BadEnvironment(
+                    f"{_name} is required for single sign-on without OIDC_ISSUER "
+                    f"(or set OIDC_ISSUER to discover it; set: {_given})."
+                )
+
+# Local password sign-ins (this form and the admin's) are throttled by Axes: 5 failures for
+# one user name from one address lock that pair out for 15 minutes. Attempts during the
+# lockout do not extend it, so the page can say honestly when to try again.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out pair before any check
+    "dashboard.oidc.PasswordBackend",
+    "dashboard.oidc.OidcBackend",
+]
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_CALLABLE = "dashboard.oidc.lockout_response"
+AXES_WHITELIST_CALLABLE = "dashboard.oidc.is_single_sign_on_attempt"
+# Masked in Axes' records and logs, besides the password it always masks.
+AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "code", "state", "csrfmiddlewaretoken"]
+
 # --- Metrics --------------------------------------------------------------------------------
 METRICS_TOKEN = env_optional("METRICS_TOKEN")
 METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", ["127.0.0.1/32", "::1/128"])
@@ -412,5 +500,7 @@ LOGGING = {
         "kubernetes": {"level": "WARNING"},
         "urllib3": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
+        # Lockouts are warnings; Axes' per-attempt chatter at INFO is not worth a log line.
+        "axes": {"level": "WARNING"},
     },
 }

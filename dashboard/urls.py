@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from alerts import api as alerts_api
-from dashboard import views
+from dashboard import oidc, views
 from leases import api as leases_api
 
 api_v1 = [
@@ -20,7 +20,9 @@ api_v1 = [
 
 urlpatterns = [
     path("", views.overview, name="overview"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", oidc.LoginView.as_view(), name="login"),
+    # Single sign-on: /oidc/authenticate/ starts it, the provider returns to /oidc/callback/.
+    path("oidc/", include("mozilla_django_oidc.urls")),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("leases/", include("leases.urls")),
