@@ -101,7 +101,11 @@ def metrics_access_allowed(request: HttpRequest) -> bool:
     """A matching bearer token, or a client address inside METRICS_ALLOWED_IPS."""
     header = request.headers.get("Authorization", "")
     if settings.METRICS_TOKEN and header.startswith("Bearer "):
-        return hmac.compare_digest(header.removeprefix("Bearer ").strip(), settings.METRICS_TOKEN)
+        # Compared as bytes: compare_digest refuses str with non-ASCII characters
+        # (TypeError), and a header is whatever the client sent. surrogatepass: neither a
+        # header nor an environment variable is guaranteed to be valid Unicode.
+        sent = header.removeprefix("Bearer ").strip().encode("utf-8", "surrogatepass")
+        return hmac.compare_digest(sent, settings.METRICS_TOKEN.encode("utf-8", "surrogatepass"))
     try:
         client = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
     except ValueError:

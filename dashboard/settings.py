@@ -132,6 +132,8 @@ MIDDLEWARE = [
     # kubelet probes and Prometheus address pods by IP over plain HTTP.
     "dashboard.middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # NUL in a path, query or cookie: 400 before any of them reaches a database lookup.
+    "dashboard.hostile_input.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from django.db import DatabaseError
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.template import loader
 from django.utils import timezone
@@ -52,7 +52,10 @@ def server_error(request: HttpRequest) -> HttpResponse:
     down, even reading `request.user` would fail again.
     """
     exc = sys.exc_info()[1]
-    if isinstance(exc, DatabaseError):
+    # Only a failed or lost connection means the database is down. A DataError or an
+    # IntegrityError is a value the database refused: a bug of ours (or input we should
+    # have refused), and a 503 would send the on-call engineer to a healthy database.
+    if isinstance(exc, OperationalError | InterfaceError):
         status, problem = 503, "The database is unreachable, so no data can be shown right now."
     elif isinstance(exc, BrokerError):
         status, problem = 503, "The task broker is unreachable, so the action could not be queued."

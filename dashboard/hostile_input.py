@@ -1,0 +1,54 @@
+"""Refuse requests that carry a NUL character where no legitimate client puts one.
+
+PostgreSQL text cannot hold NUL, and psycopg refuses to send a parameter containing one
+(DataError) before the query runs. Any path segment, query value or cookie that reaches a
+lookup would then fail as a server error. Browsers never send NUL (not even in cookies,
+which RFC 6265 forbids), so a request with one is hostile or broken: it is answered 400
+here, once, instead of every view checking each value. Form fields refuse NUL on their own
+(Django's ProhibitNullCharactersValidator), so request bodies are left to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+from django.template import loader
+
+from dashboard.api import json_error
+
+NUL = "\x00"
+PROBLEM = (
+    "The request contains a NUL character (%00), which no page or API parameter accepts. "
+    "Check the link or the script that sent it."
+)
+
+
+def carries_nul(request: HttpRequest) -> bool:
+    """A NUL in the path, in any query parameter's name or value, or in any cookie."""
+    if NUL in request.path_info:
+        return True
+    if any(
+        NUL in key or any(NUL in value for value in values) for key, values in request.GET.lists()
+    ):
+        return True
+    return any(NUL in name or NUL in value for name, value in request.COOKIES.items())
+
+
+def bad_request(request: HttpRequest) -> HttpResponse:
+    if request.path_info.startswith("/api/"):
+        return json_error(PROBLEM, 400)
+    # A page without base.html: its context processors would read the session and the
+    # database, and nothing about this request is to be trusted.
+    body = loader.get_template("errors/bad_request.html").render({"problem": PROBLEM})
+    return HttpResponse(body, status=400)
+
+
+class RejectNulMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if carries_nul(request):
+            return bad_request(request)
+        return self.get_response(request)
