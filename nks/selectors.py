@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db.models import F, QuerySet
@@ -662,7 +663,8 @@ def node_leases(
         rows=rows,
         held=held,
         expired=expired,
-        list_url=f"{prefix}?cluster={kube_cluster.name}&class={LeaseClass.NODE_HEARTBEAT.value}",
+        list_url=f"{prefix}?"
+        + urlencode({"cluster": kube_cluster.name, "class": LeaseClass.NODE_HEARTBEAT.value}),
         expired_names=expired_names,
     )
 
