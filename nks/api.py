@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import orjson
@@ -60,6 +61,14 @@ def _resize_body(request: HttpRequest) -> tuple[dict[str, Any] | None, HttpRespo
     remove = body.get("nodes_to_remove", [])
     if not isinstance(remove, list) or not all(isinstance(item, str) for item in remove):
         fields["nodes_to_remove"] = ["Must be a list of node instance UUIDs (strings)."]
+    else:
+        # A repeated uuid would count twice towards "choose exactly N" and remove one node.
+        repeated = [node for node, times in Counter(remove).items() if times > 1]
+        if repeated:
+            fields["nodes_to_remove"] = [
+                f"{', '.join(repeated)} {'is' if len(repeated) == 1 else 'are'} given more "
+                "than once."
+            ]
     if body.get("reason") is not None and not isinstance(body.get("reason"), str):
         fields["reason"] = ["Must be a string."]
     if fields:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from django import forms
@@ -135,6 +136,16 @@ class ResizeForm(forms.Form):
             self.add_error("node_count", f"{group.name} already has {current} nodes: no change.")
             return data
         chosen: list[str] = data.get("nodes_to_remove") or []
+        # Checkboxes cannot repeat a node, but a crafted POST or an API body can: "a, a"
+        # would pass "choose exactly 2" and name one node for two removals.
+        repeated = [node for node, times in Counter(chosen).items() if times > 1]
+        if repeated:
+            self.add_error(
+                "nodes_to_remove",
+                f"{', '.join(repeated)} {'is' if len(repeated) == 1 else 'are'} chosen more "
+                "than once: choose each node to remove once.",
+            )
+            return data
         if target > current:
             if chosen:
                 self.add_error("nodes_to_remove", "Nodes can only be removed when scaling in.")
