@@ -32,14 +32,25 @@ class KubeClusterForm(forms.ModelForm):
         data = super().clean()
         source = data.get("source")
         text = data.get("kubeconfig") or ""
+        context = data.get("context") or ""
+        self.config_warnings: tuple[str, ...] = ()
         if source == KubeCluster.Source.KUBECONFIG:
-            if not text and not (self.instance.pk and self.instance.kubeconfig):
+            stored = self.instance.kubeconfig if self.instance.pk else ""
+            if not text and not stored:
                 self.add_error("kubeconfig", "A kubeconfig is required for this source.")
             elif text:
                 try:
-                    kube.parse_kubeconfig(text, data.get("context") or "")
+                    self.config_warnings = kube.parse_kubeconfig(text, context).warnings
                 except kube.KubeError as error:
                     self.add_error("kubeconfig", error.message)
+            else:
+                # Kept as stored: re-read its warnings for the (maybe changed) context. One
+                # that is now refused still saves, so it can be disabled; its watcher
+                # refuses to use it and says why.
+                try:
+                    self.config_warnings = kube.parse_kubeconfig(stored, context).warnings
+                except kube.KubeError:
+                    self.config_warnings = (self.instance.config_warning,)
         return data
 
     def save(self, commit: bool = True) -> KubeCluster:
@@ -49,6 +60,7 @@ class KubeClusterForm(forms.ModelForm):
             cluster.kubeconfig = ""
         elif not text and cluster.pk:
             cluster.kubeconfig = KubeCluster.objects.get(pk=cluster.pk).kubeconfig
+        cluster.config_warning = " ".join(getattr(self, "config_warnings", ()))
         if commit:
             cluster.save()
         return cluster
@@ -79,6 +91,8 @@ class KubeClusterAdmin(admin.ModelAdmin):
             "lag_seconds",
             "last_error",
             "last_error_at",
+            "config_warning",
+            "skipped_objects_total",
             "candidates_api",
         ]
 

@@ -622,6 +622,10 @@ class ClusterStatus:
     candidates_api: str
     data_age: str
     problem: str
+    # Works, but an engineer should know (TLS verification off); from the kubeconfig check.
+    config_warning: str
+    # Objects stored without their NUL characters or skipped because the database refused them.
+    skipped_objects_total: int
 
 
 def _cluster_problem(cluster: KubeCluster, stale: bool, now: datetime) -> str:
@@ -675,6 +679,8 @@ def cluster_status(cluster: KubeCluster, now: datetime) -> ClusterStatus:
             else "no data yet"
         ),
         problem=_cluster_problem(cluster, stale, now),
+        config_warning=cluster.config_warning,
+        skipped_objects_total=cluster.skipped_objects_total,
     )
 
 

@@ -37,12 +37,17 @@ def register_kube_cluster(
     in_cluster: bool = False,
     replace: bool = False,
 ) -> tuple[KubeCluster, bool]:
-    """Add (or with `replace`, update) a cluster watched for Leases; validates the config."""
+    """Add (or with `replace`, update) a cluster watched for Leases.
+
+    The kubeconfig is checked by leases.kube (nothing that runs code, reads local files or
+    goes to another host); what it warns about is kept on the row for the watchers page.
+    """
     if in_cluster == bool(kubeconfig):
         raise ClusterConfigError("Give either a kubeconfig or in-cluster, not both or neither.")
+    warnings: tuple[str, ...] = ()
     if not in_cluster:
         try:
-            kube.parse_kubeconfig(kubeconfig, context)
+            warnings = kube.parse_kubeconfig(kubeconfig, context).warnings
         except kube.KubeError as error:
             raise ClusterConfigError(error.message) from None
     existing = KubeCluster.objects.select_for_update().filter(name=name).first()
@@ -52,6 +57,7 @@ def register_kube_cluster(
     cluster.source = KubeCluster.Source.IN_CLUSTER if in_cluster else KubeCluster.Source.KUBECONFIG
     cluster.kubeconfig = "" if in_cluster else kubeconfig
     cluster.context = context
+    cluster.config_warning = " ".join(warnings)
     cluster.enabled = True
     cluster.last_error = ""
     cluster.save()
