@@ -179,3 +179,27 @@ def test_embedded_default_uses_sqlite_filesystem_broker_and_database_cache() -> 
         "filesystem://localhost//",
         "django.core.mail.backends.console.EmailBackend",
     ]
+
+
+@pytest.mark.parametrize(
+    ("email_url", "backend"),
+    [
+        ("console://", "django.core.mail.backends.console.EmailBackend"),
+        ("dummy://", "django.core.mail.backends.dummy.EmailBackend"),
+        ("memory://", "django.core.mail.backends.locmem.EmailBackend"),
+    ],
+)
+def test_mail_urls_without_a_server_start_up(email_url: str, backend: str) -> None:
+    # console:// is the README's default; these name a backend and no host.
+    result = run_django(
+        "from django.conf import settings as s\nprint(s.EMAIL_BACKEND)",
+        env={"EMAIL_URL": email_url},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == backend
+
+
+def test_an_smtp_url_without_a_host_still_stops_start_up() -> None:
+    result = run_django("", env={"EMAIL_URL": "smtp://"})
+    assert result.returncode != 0
+    assert "EMAIL_URL='smtp://' has no host" in result.stderr
