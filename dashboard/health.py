@@ -1,14 +1,18 @@
 """Readiness checks: can this process reach the database, the broker and the lock cache?
 
-Each check answers in a few seconds at most and says what is wrong in words, without URLs
-or credentials, because /readyz is served without a login.
+Each check answers in a few seconds at most. Its ``detail`` says what is wrong (the driver's
+first line, which names hosts and ports) and is meant for the log only: /readyz is served
+without a login, so it answers just the names of the failing checks (see
+``readiness_report``), and ``log_failures`` writes the details where operators look.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import caches
@@ -16,6 +20,8 @@ from django.db import DatabaseError, connections
 from kombu import Connection
 
 BROKER_TIMEOUT_SECONDS = 3.0
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +105,26 @@ def _is_writable(folder: Path) -> bool:
 
 def run_readiness_checks() -> list[CheckResult]:
     return [check_database(), check_broker(), check_lock_cache()]
+
+
+def log_failures(checks: list[CheckResult]) -> None:
+    for check in checks:
+        if not check.ok:
+            logger.warning("readiness check %s failed: %s", check.name, check.detail)
+
+
+def readiness_report(checks: list[CheckResult]) -> tuple[bool, dict[str, Any]]:
+    """Whether all checks passed, and the body /readyz answers to anyone.
+
+    Only check names, results and timings: no detail, since drivers' messages carry hosts,
+    ports and sometimes user names. A failure's ``reason`` names the failing checks,
+    comma-separated in check order ("database", "broker, locks").
+    """
+    failed = [check.name for check in checks if not check.ok]
+    body: dict[str, Any] = {"status": "unavailable" if failed else "ok"}
+    if failed:
+        body["reason"] = ", ".join(failed)
+    body["checks"] = {
+        check.name: {"ok": check.ok, "ms": round(check.seconds * 1000, 1)} for check in checks
+    }
+    return not failed, body

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.cache import add_never_cache_headers
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from dashboard.health import run_readiness_checks
+from dashboard.health import log_failures, readiness_report, run_readiness_checks
 from dashboard.metrics import metrics_access_allowed, render_metrics
 
 
@@ -17,22 +18,14 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 
 def readyz(request: HttpRequest) -> HttpResponse:
-    """Ready to serve: the database, the broker and the lock store all answer."""
+    """Ready to serve: the database, the broker and the lock store all answer.
+
+    The answer names a failing dependency but never says why: the why (hosts, ports, driver
+    messages) goes to the log, since this endpoint needs no login.
+    """
     checks = run_readiness_checks()
-    ready = all(check.ok for check in checks)
-    body = {
-        "status": "ok" if ready else "unavailable",
-        "checks": {
-            check.name: {
-                "ok": check.ok,
-                "detail": check.detail,
-                "ms": round(check.seconds * 1000, 1),
-            }
-            for check in checks
-        },
-    }
-    if not ready:
-        body["reason"] = "; ".join(check.detail for check in checks if not check.ok)
+    log_failures(checks)
+    ready, body = readiness_report(checks)
     return JsonResponse(body, status=200 if ready else 503)
 
 
@@ -68,3 +61,26 @@ class ProbeMiddleware:
             response["Cache-Control"] = "no-store"
             return response
         return self.get_response(request)
+
+
+API_PREFIX = "/api/"
+
+
+class NoStoreMiddleware:
+    """``Cache-Control: no-store`` on every response to a logged-in user and every API answer.
+
+    Those pages show cluster state and names to whoever is signed in; neither a shared proxy
+    nor the browser's disk cache (or its back button after logging out) may keep them.
+    Static files are answered by WhiteNoise further out and keep their long cache lifetimes.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        # request.user is read after the view: token-authenticated API calls and a login or
+        # logout in this very request are then already reflected.
+        if request.path_info.startswith(API_PREFIX) or request.user.is_authenticated:
+            add_never_cache_headers(response)
+        return response

@@ -13,6 +13,7 @@ import secrets
 import zoneinfo
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 import dj_email_url
@@ -132,6 +133,8 @@ MIDDLEWARE = [
     # kubelet probes and Prometheus address pods by IP over plain HTTP.
     "dashboard.middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Before WhiteNoise, so static files (SVG especially) carry the policy too.
+    "csp.middleware.CSPMiddleware",
     # NUL in a path, query or cookie: 400 before any of them reaches a database lookup.
     "dashboard.hostile_input.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -139,6 +142,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Cache-Control: no-store for logged-in users and the API; static files never get here.
+    "dashboard.middleware.NoStoreMiddleware",
     # Every page needs a login unless its view says otherwise (login page, token API).
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -263,17 +268,11 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 LEASE_TABLE_CACHE_SECONDS = env_int("LEASE_TABLE_CACHE_SECONDS", 1, minimum=0, maximum=60)
 
 # --- Mail -----------------------------------------------------------------------------------
-# console:// (the default: mail printed to the log), dummy:// (dropped) and memory:// (kept in
-# django.core.mail.outbox) name a backend and no server: env_url, which requires a host,
-# checks only the SMTP URLs.
-_LOCAL_MAIL_SCHEMES = ("console", "dummy", "memory")
-_email_url = env_str("EMAIL_URL", "console://")
-if _email_url.partition(":")[0].lower() not in _LOCAL_MAIL_SCHEMES:
-    _email_url = env_url(
-        "EMAIL_URL",
-        schemes=("smtp", "smtps", "submission", "submit", *_LOCAL_MAIL_SCHEMES),
-        default="console://",
-    )
+_email_url = env_url(
+    "EMAIL_URL",
+    schemes=("smtp", "smtps", "submission", "submit", "console", "dummy", "memory"),
+    default="console://",
+)
 try:
     _email = dj_email_url.parse(_email_url)
 except Exception as exc:  # dj-email-url raises bare exceptions on odd URLs
@@ -476,6 +475,34 @@ if PRODUCTION:
             "Production needs DATABASE_URL (PostgreSQL) and REDIS_URL: SQLite and the "
             "filesystem broker cannot be shared between pods."
         )
+
+# --- Content-Security-Policy ----------------------------------------------------------------
+# Only this site: every script and style is a static file (no inline code, no style
+# attributes, no eval), so markup smuggled in through data (a lease's holderIdentity, NKS
+# names) cannot run or restyle the page. form-action also governs where a form's redirect may
+# go: the sign-in form redirects to the OIDC provider, so its origin is allowed when set.
+# Read from the environment (not the OIDC settings), so this section does not depend on
+# where those settings are defined.
+_form_action = ["'self'"]
+for _name in ("OIDC_OP_AUTHORIZATION_ENDPOINT", "OIDC_ISSUER"):
+    _parts = urlsplit(env_optional(_name) or "")
+    if _parts.scheme in ("http", "https") and _parts.netloc:
+        _provider = f"{_parts.scheme}://{_parts.netloc.rsplit('@', 1)[-1]}"
+        if _provider not in _form_action:
+            _form_action.append(_provider)
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": _form_action,
+        "base-uri": ["'self'"],
+        "object-src": ["'none'"],
+    },
+}
 
 # --- NKS (NHN Kubernetes Service) -------------------------------------------------------------
 # Accounts are rows (admin or `add_nks_account`); their secrets never come from here.

@@ -75,8 +75,18 @@
     }
   }
 
-  // Used in hx-trigger filters: `every 5s [!dashboardRefreshPaused('lease-table')]`.
-  window.dashboardRefreshPaused = isPaused;
+  // A paused region skips its timed refreshes. htmx asks before each request (htmx:confirm);
+  // a poll has no triggering event, so clicks and filter changes still go through. This is
+  // not an hx-trigger filter (`every 5s [...]`) because htmx evaluates those with eval, which
+  // the Content-Security-Policy refuses. The polling timer keeps running, so a resumed
+  // region refreshes again without being re-armed.
+  document.addEventListener("htmx:confirm", function (event) {
+    var detail = event.detail || {};
+    var region = detail.elt;
+    if (region && region.id && !detail.triggeringEvent && isPaused(region.id)) {
+      event.preventDefault();
+    }
+  });
 
   function showToggle(button) {
     var id = button.getAttribute("data-refresh-toggle");
