@@ -1,0 +1,339 @@
+"""Single sign-on against a real OpenID provider (its own process), and the OIDC_ONLY rules.
+
+The provider is django-oidc-provider under tests/oidc_provider, started once per module; the
+dashboard talks to it over HTTP as it would to a company's provider. The test plays the
+browser at the provider with `requests`, and at the dashboard with Django's test client.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import jwt
+import pytest
+from axes.models import AccessAttempt
+from cryptography.hazmat.primitives.asymmetric import rsa
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.exceptions import SuspiciousOperation
+from django.test import Client
+
+from dashboard.oidc import (
+    SSO_UNREACHABLE,
+    OidcBackend,
+    claims_groups,
+    forget_provider,
+    username_from_claims,
+)
+from tests.oidc_provider.server import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    OidcProvider,
+    free_port,
+    running_provider,
+)
+
+pytestmark = pytest.mark.django_db
+
+CALLBACK = "http://testserver/oidc/callback/"
+DISCOVERY_PATH = "/openid/.well-known/openid-configuration"
+USERS = {
+    "olivia": ["platform", "sre-oncall"],
+    "erin": ["developers"],
+    "eve smith": ["sre-oncall"],  # not a valid user name here
+}
+
+
+@pytest.fixture(scope="module")
+def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProvider]:
+    with running_provider(tmp_path_factory.mktemp("op")) as op:
+        op.seed(redirect_uris=[CALLBACK], users=USERS)
+        yield op
+
+
+@pytest.fixture
+def sso(settings: Any, provider: OidcProvider) -> Iterator[OidcProvider]:
+    """The dashboard pointed at the provider by issuer alone; discovery not yet cached."""
+    settings.OIDC_ISSUER = provider.issuer
+    settings.OIDC_RP_CLIENT_ID = CLIENT_ID
+    settings.OIDC_RP_CLIENT_SECRET = CLIENT_SECRET
+    settings.OIDC_RP_SCOPES = "openid email profile groups"
+    settings.OIDC_OPERATOR_GROUPS = ["sre-oncall", "on-call-leads"]
+    forget_provider()
+    provider.seed(users=USERS)  # a test may have changed someone's groups
+    yield provider
+    forget_provider()
+
+
+def sign_in(client: Client, provider: OidcProvider, username: str, next_url: str = "/") -> Any:
+    """The whole code flow: dashboard → provider's login form → dashboard's callback."""
+    start = client.get("/oidc/authenticate/", {"next": next_url})
+    assert start.status_code == 302
+    assert start["Location"].startswith(f"{provider.issuer}/authorize?")
+    back = provider.sign_in(start["Location"], username)
+    assert back.startswith(CALLBACK), back
+    return client.get(back.removeprefix("http://testserver"))
+
+
+def is_operator(username: str) -> bool:
+    return get_user_model().objects.get(username=username).groups.filter(name="operators").exists()
+
+
+# --- Signing in -------------------------------------------------------------------------------
+
+
+def test_a_member_of_an_operator_group_signs_in_as_an_operator_without_a_password(
+    sso: OidcProvider,
+) -> None:
+    client = Client()
+    response = sign_in(client, sso, "olivia", next_url="/clusters/")
+
+    assert response.status_code == 302 and response["Location"] == "/clusters/"
+    user = get_user_model().objects.get(username="olivia")
+    assert not user.has_usable_password()
+    assert user.email == "olivia@example.org" and user.first_name == "Olivia"
+    assert user.has_perm("dashboard.change_clusters")
+    assert client.get("/api/v1/me").json() == {
+        "username": "olivia",
+        "can_change_clusters": True,
+    }
+
+
+def test_operator_membership_is_reapplied_at_every_sign_in(sso: OidcProvider) -> None:
+    sign_in(Client(), sso, "olivia")
+    assert is_operator("olivia")
+
+    sso.seed(users={"olivia": ["platform"]})
+    sign_in(Client(), sso, "olivia")
+    assert not is_operator("olivia")
+
+    sso.seed(users={"olivia": ["on-call-leads"]})
+    sign_in(Client(), sso, "olivia")
+    assert is_operator("olivia")
+
+
+def test_a_user_outside_the_operator_groups_is_signed_in_without_cluster_changes(
+    sso: OidcProvider, django_user_model: Any
+) -> None:
+    # A local account of the same name is the same person: SSO signs into it, and its
+    # operator membership now follows the provider's groups.
+    erin = django_user_model.objects.create_user("erin", password="engineer-pass-123")
+    erin.groups.add(Group.objects.get(name="operators"))
+    client = Client()
+
+    response = sign_in(client, sso, "erin")
+
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert client.get("/api/v1/me").json() == {"username": "erin", "can_change_clusters": False}
+    assert not is_operator("erin")
+    assert django_user_model.objects.filter(username="erin").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("username", "claim"),
+    [("olivia", "upn"), ("eve smith", "preferred_username")],
+    ids=["claim-missing", "not-a-valid-user-name"],
+)
+def test_a_user_without_a_usable_username_claim_is_refused(
+    sso: OidcProvider, settings: Any, caplog: pytest.LogCaptureFixture, username: str, claim: str
+) -> None:
+    settings.OIDC_USERNAME_CLAIM = claim
+    client = Client()
+
+    response = sign_in(client, sso, username)
+
+    assert response.status_code == 302 and response["Location"] == "/login/"
+    page = client.get("/login/").content.decode()
+    assert "has no usable user name" in page and f"“{claim}”" in page
+    assert not get_user_model().objects.exists()
+    assert client.get("/").status_code == 302
+    assert "Single sign-on refused" in caplog.text
+
+
+def test_discovery_happens_at_the_first_sign_in_and_is_then_cached(sso: OidcProvider) -> None:
+    before = sso.requests_seen(DISCOVERY_PATH)
+    client = Client()
+    assert client.get("/login/").status_code == 200
+    assert sso.requests_seen(DISCOVERY_PATH) == before, "nothing is fetched before a sign-in"
+
+    sign_in(client, sso, "olivia")
+    sign_in(Client(), sso, "erin")
+
+    assert sso.requests_seen(DISCOVERY_PATH) == before + 1
+
+
+def test_sign_in_views_are_reachable_without_a_login(sso: OidcProvider) -> None:
+    client = Client()
+    start = client.get("/oidc/authenticate/")
+    assert start.status_code == 302 and start["Location"].startswith(sso.issuer)
+    # A callback without a code is a failed sign-in, answered on the login page, not
+    # bounced to /login/?next=... by LoginRequiredMiddleware.
+    callback = client.get("/oidc/callback/", follow=True)
+    assert callback.redirect_chain == [("/login/", 302)]
+    assert "Single sign-on did not sign you in" in callback.content.decode()
+
+
+def test_a_rejected_code_ends_on_the_login_page_and_nothing_shows_the_secret(
+    sso: OidcProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    client = Client()
+    start = client.get("/oidc/authenticate/")
+    state = start["Location"].split("state=")[1].split("&")[0]
+
+    response = client.get(
+        "/oidc/callback/", {"code": "not-a-code-the-provider-issued", "state": state}, follow=True
+    )
+
+    page = response.content.decode()
+    assert response.redirect_chain == [("/login/", 302)]
+    assert SSO_UNREACHABLE.split(".")[0] in page
+    assert "OIDC token or userinfo call failed: HTTPError 400" in caplog.text
+    assert CLIENT_SECRET not in page and CLIENT_SECRET not in caplog.text
+
+
+def test_failed_sso_callbacks_are_not_counted_as_password_failures(sso: OidcProvider) -> None:
+    # The throttle is for password guessing; SSO callbacks carry no user name, and counting
+    # them would lock out everyone behind one address.
+    client = Client()
+    for _ in range(6):
+        start = client.get("/oidc/authenticate/")
+        state = start["Location"].split("state=")[1].split("&")[0]
+        client.get("/oidc/callback/", {"code": "forged", "state": state})
+
+    assert not AccessAttempt.objects.exists()
+    response = sign_in(client, sso, "olivia")
+    assert response.status_code == 302 and response["Location"] == "/"
+
+
+def test_an_unreachable_provider_sends_people_back_to_the_login_page_with_a_reason(
+    sso: OidcProvider, settings: Any
+) -> None:
+    settings.OIDC_ISSUER = f"http://127.0.0.1:{free_port()}/openid"
+
+    response = Client().get("/oidc/authenticate/", follow=True)
+
+    assert response.redirect_chain == [("/login/", 302)]
+    assert "could not be reached" in response.content.decode()
+
+
+def test_without_sso_there_is_no_button_and_its_urls_are_404(client: Client) -> None:
+    page = client.get("/login/").content.decode()
+    assert "single sign-on" not in page and 'id="password-login"' in page
+    assert client.get("/oidc/authenticate/").status_code == 404
+    assert client.get("/oidc/callback/").status_code == 404
+
+
+# --- The backend's rules, on claims and tokens built here ----------------------------------------
+
+
+def test_groups_claim_accepts_a_list_or_a_lone_string(settings: Any) -> None:
+    settings.OIDC_GROUPS_CLAIM = "roles"
+    assert claims_groups({"roles": ["a", "b", 3]}) == {"a", "b"}
+    assert claims_groups({"roles": "a"}) == {"a"}
+    assert claims_groups({"roles": {"a": 1}}) == set()
+    assert claims_groups({"groups": ["a"]}) == set()
+
+
+def test_username_claim_must_be_a_valid_django_user_name() -> None:
+    assert username_from_claims({"preferred_username": " olivia@example.org "}) == (
+        "olivia@example.org"
+    )
+    for bad in (None, "", "two words", "x" * 151, ["olivia"], "tab\tname"):
+        assert username_from_claims({"preferred_username": bad}) is None
+
+
+def _backend_for(client_id: str, issuer: str) -> OidcBackend:
+    backend = OidcBackend()
+    backend.OIDC_RP_CLIENT_ID = client_id
+    backend.OIDC_RP_SIGN_ALGO = "RS256"
+    backend.issuer = issuer
+    return backend
+
+
+@pytest.mark.parametrize(
+    ("claims", "message"),
+    [
+        ({"aud": "someone-else", "iss": "https://sso.example.org"}, "another client"),
+        ({"aud": ["x", CLIENT_ID], "iss": "https://evil.example.org"}, "another provider"),
+    ],
+)
+def test_an_id_token_for_another_client_or_from_another_issuer_is_refused(
+    claims: dict[str, Any], message: str
+) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    token = jwt.encode({"sub": "1", **claims}, key, algorithm="RS256")
+    backend = _backend_for(CLIENT_ID, "https://sso.example.org")
+
+    with pytest.raises(SuspiciousOperation, match=message):
+        backend.get_payload_data(token, key.public_key())
+
+    good = jwt.encode(
+        {"sub": "1", "aud": CLIENT_ID, "iss": "https://sso.example.org"}, key, "RS256"
+    )
+    assert backend.get_payload_data(good, key.public_key())["sub"] == "1"
+
+
+# --- OIDC_ONLY: the password form is a break-glass door for superusers ---------------------------
+
+
+@pytest.fixture
+def oidc_only(settings: Any) -> None:
+    # Rendering the login page never contacts the provider, so no provider is needed here.
+    settings.OIDC_ISSUER = "https://sso.example.org/realms/company"
+    settings.OIDC_RP_CLIENT_ID = CLIENT_ID
+    settings.OIDC_RP_CLIENT_SECRET = CLIENT_SECRET
+    settings.OIDC_ONLY = True
+
+
+def test_oidc_only_hides_the_password_form_behind_a_break_glass_link(
+    oidc_only: None, client: Client
+) -> None:
+    page = client.get("/login/", {"next": "/clusters/"}).content.decode()
+    assert "Sign in with single sign-on" in page
+    assert 'id="password-login"' not in page
+    assert 'href="/login/?local=1&amp;next=%2Fclusters%2F">Break-glass sign-in</a>' in page
+
+    local = client.get("/login/", {"local": "1"}).content.decode()
+    assert 'id="password-login"' in local and 'action="/login/?local=1"' in local
+    assert CLIENT_SECRET not in page + local
+
+
+def test_break_glass_refuses_a_non_superuser_even_with_the_right_password(
+    oidc_only: None, client: Client, operator: Any
+) -> None:
+    response = client.post(
+        "/login/?local=1", {"username": "olivia", "password": "operator-pass-123"}
+    )
+
+    assert response.status_code == 200
+    assert "reserved for break-glass superuser accounts" in response.content.decode()
+    assert client.get("/").status_code == 302
+
+
+def test_break_glass_admits_a_superuser(
+    oidc_only: None, client: Client, django_user_model: Any
+) -> None:
+    django_user_model.objects.create_superuser("root", password="break-glass-pass-123")
+
+    response = client.post(
+        "/login/?local=1", {"username": "root", "password": "break-glass-pass-123"}
+    )
+
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert client.get("/").status_code == 200
+
+
+def test_oidc_only_also_closes_the_admin_login_to_staff_who_are_not_superusers(
+    oidc_only: None, client: Client, django_user_model: Any
+) -> None:
+    django_user_model.objects.create_user("sam", password="staff-pass-123", is_staff=True)
+
+    response = client.post(
+        "/admin/login/?next=/admin/", {"username": "sam", "password": "staff-pass-123"}
+    )
+
+    assert response.status_code == 200
+    assert client.get("/admin/").status_code == 302
