@@ -268,11 +268,17 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 LEASE_TABLE_CACHE_SECONDS = env_int("LEASE_TABLE_CACHE_SECONDS", 1, minimum=0, maximum=60)
 
 # --- Mail -----------------------------------------------------------------------------------
-_email_url = env_url(
-    "EMAIL_URL",
-    schemes=("smtp", "smtps", "submission", "submit", "console", "dummy", "memory"),
-    default="console://",
-)
+# console:// (the default: mail printed to the log), dummy:// (dropped) and memory:// (kept in
+# django.core.mail.outbox) name a backend and no server: env_url, which requires a host,
+# checks only the SMTP URLs.
+_LOCAL_MAIL_SCHEMES = ("console", "dummy", "memory")
+_email_url = env_str("EMAIL_URL", "console://")
+if _email_url.partition(":")[0].lower() not in _LOCAL_MAIL_SCHEMES:
+    _email_url = env_url(
+        "EMAIL_URL",
+        schemes=("smtp", "smtps", "submission", "submit", *_LOCAL_MAIL_SCHEMES),
+        default="console://",
+    )
 try:
     _email = dj_email_url.parse(_email_url)
 except Exception as exc:  # dj-email-url raises bare exceptions on odd URLs
