@@ -18,8 +18,8 @@ from django.test import Client
 from django.urls import reverse
 
 from dashboard.models import ApiToken
-from nks.models import NksCluster, NksNodegroup
-from tests.nks.factories import make_account, make_nks_cluster, make_nodegroup, make_resize_request
+from nks.models import NksCluster, NksNodegroup, ResizeState
+from tests.alerts.factories import make_account, make_nks_cluster, make_nodegroup, make_resize
 
 pytestmark = pytest.mark.django_db
 
@@ -59,6 +59,20 @@ def cluster() -> NksCluster:
     return make_nks_cluster(make_account(), name="prod-api")
 
 
+def worker(cluster: NksCluster, name: str, nodes: int = 2) -> NksNodegroup:
+    """A worker nodegroup of Ready nodes whose instance uuids are known (so removable)."""
+    return make_nodegroup(
+        cluster,
+        name,
+        node_count=nodes,
+        ready=nodes,
+        nodes=[
+            {"uuid": f"node-uuid-{index}", "name": f"node-{index}", "ready": True}
+            for index in range(nodes)
+        ],
+    )
+
+
 def browse(client: Client, base: str, href: str, status: int = 200) -> str:
     """Follow a link as a browser does: unescape it, resolve it (dot segments too), GET it."""
     url = urljoin(f"http://testserver{base}", html.unescape(href))
@@ -77,7 +91,7 @@ def test_a_cluster_page_links_every_hostile_nodegroup_name_to_its_own_page(
     operator_client: Client, cluster: NksCluster
 ) -> None:
     for name in HOSTILE_NAMES:
-        make_nodegroup(cluster, name)
+        worker(cluster, name)
     base = reverse("nks:cluster", args=[cluster.uuid])
 
     text = browse(operator_client, "/", base)
@@ -96,7 +110,7 @@ def test_a_cluster_page_links_every_hostile_nodegroup_name_to_its_own_page(
 def test_a_hostile_nodegroup_name_resizes_through_its_form_and_the_api(
     operator_client: Client, operator: Any, cluster: NksCluster
 ) -> None:
-    group = make_nodegroup(cluster, "../a/b")
+    group = worker(cluster, "../a/b")
     page_url = reverse("nks:nodegroup", args=[cluster.uuid, group.name])
     page = browse(operator_client, "/", page_url)
     action = re.search(r'<form method="post" action="([^"]+)" class="resize-form">', page)
@@ -121,7 +135,7 @@ def test_a_hostile_nodegroup_name_resizes_through_its_form_and_the_api(
 
 def test_a_hostile_cluster_uuid_and_name_make_working_links(operator_client: Client) -> None:
     cluster = make_nks_cluster(make_account(), name="<b>prod</b>", uuid="../c/../d")
-    make_nodegroup(cluster, "default-worker")
+    worker(cluster, "default-worker")
 
     listing = browse(operator_client, "/", "/clusters/")
     assert "&lt;b&gt;prod&lt;/b&gt;" in listing and "<b>prod</b>" not in listing
@@ -137,8 +151,8 @@ def test_a_hostile_cluster_uuid_and_name_make_working_links(operator_client: Cli
 
 def test_resize_pages_link_to_a_hostile_nodegroup(operator_client: Client, operator: Any) -> None:
     cluster = make_nks_cluster(make_account())
-    group = make_nodegroup(cluster, "a/b")
-    request = make_resize_request(group, operator)
+    group = worker(cluster, "a/b")
+    request = make_resize(group, state=ResizeState.SUCCEEDED, user=operator)
 
     for url in ("/clusters/resizes/", reverse("nks:resize_detail", args=[request.pk])):
         text = browse(operator_client, "/", url)
@@ -151,7 +165,7 @@ def test_resize_pages_link_to_a_hostile_nodegroup(operator_client: Client, opera
 def test_a_segment_with_a_stray_escape_is_a_404(
     operator_client: Client, cluster: NksCluster, segment: str
 ) -> None:
-    make_nodegroup(cluster, "~1")
+    worker(cluster, "~1")
 
     response = operator_client.get(f"/clusters/{cluster.uuid}/nodegroups/{segment}/")
 
@@ -159,7 +173,7 @@ def test_a_segment_with_a_stray_escape_is_a_404(
 
 
 def test_plain_names_keep_their_readable_urls(cluster: NksCluster) -> None:
-    group = make_nodegroup(cluster, "default-worker")
+    group = worker(cluster, "default-worker")
 
     assert reverse("nks:nodegroup", args=[cluster.uuid, group.name]) == (
         f"/clusters/{cluster.uuid}/nodegroups/default-worker/"
@@ -173,7 +187,7 @@ def test_plain_names_keep_their_readable_urls(cluster: NksCluster) -> None:
 def test_the_form_refuses_the_same_node_chosen_twice(
     operator_client: Client, cluster: NksCluster
 ) -> None:
-    group = make_nodegroup(cluster, "default-worker", node_count=3)
+    group = worker(cluster, "default-worker", nodes=3)
     victim = group.nodes[0]["uuid"]
 
     # 3 -> 1 removes two nodes: the same one twice once passed "choose exactly 2".
@@ -194,7 +208,7 @@ def test_the_form_refuses_the_same_node_chosen_twice(
 
 
 def test_the_api_refuses_the_same_node_given_twice(operator: Any, cluster: NksCluster) -> None:
-    group = make_nodegroup(cluster, "default-worker", node_count=3)
+    group = worker(cluster, "default-worker", nodes=3)
     victim = group.nodes[0]["uuid"]
     _, token = ApiToken.issue(operator, name="tests", scope=ApiToken.Scope.WRITE)
 
