@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from leases.models import Lease, LeaseCandidate, LeaseTransition
@@ -42,6 +42,10 @@ Key = tuple[str, str]
 UPSERT_BATCH_SIZE = 2000
 # One flush writes at most this many leases (oldest first); the rest wait for the next one.
 FLUSH_MAX_LEASES = 4000
+# Failures caused by one lease's values, not by the database being unreachable: they are
+# isolated to that lease. ValueError and OverflowError are values Python itself cannot
+# convert, which would fail every retry just the same.
+ROW_DATA_ERRORS = (DataError, IntegrityError, ValueError, OverflowError)
 LEASE_UPDATE_FIELDS = [
     "uid",
     "lease_class",
@@ -89,6 +93,10 @@ class FlushResult:
     lag_seconds: float = 0.0
     # Nothing observed before this flush is still waiting (the flush was not capped).
     drained: bool = True
+    # Objects stored without their NUL characters, and leases the database refused (their
+    # data, not the connection) and that were skipped so the rest of the batch is written.
+    objects_cleaned: int = 0
+    leases_skipped: int = 0
 
 
 @dataclass(slots=True)
@@ -193,22 +201,16 @@ class LeaseIngestor:
         try:
             for start in range(0, len(items), UPSERT_BATCH_SIZE):
                 chunk = items[start : start + UPSERT_BATCH_SIZE]
-                now = timezone.now()
-                with transaction.atomic():
-                    observations = [
-                        observation
-                        for observation in (parse_lease(obj) for _, obj in chunk)
-                        if observation is not None
-                    ]
-                    ids = self._upsert(observations, now)
-                    transitions = [
-                        transition
-                        for key, _ in chunk
-                        for transition in pending_transitions.pop(key, ())
-                    ]
-                    result.transitions_written += self._write_transitions(transitions, ids)
+                try:
+                    self._write_chunk(chunk, pending_transitions, result)
+                except ROW_DATA_ERRORS:
+                    # The database refused a value, not the connection: retrying the same
+                    # batch would fail forever and keep every valid lease out. Write one
+                    # by one instead and skip only the leases that fail alone.
+                    for index, item in enumerate(chunk):
+                        self._write_alone(item, pending_transitions, result)
+                        written = start + index + 1
                 written = start + len(chunk)
-                result.leases_written = written
                 oldest = min(batch.received[key] for key, _ in chunk)
                 result.lag_seconds = max(result.lag_seconds, time.monotonic() - oldest)
             with transaction.atomic():
@@ -224,6 +226,52 @@ class LeaseIngestor:
             oldest_deletion = min(batch.deleted.values())
             result.lag_seconds = max(result.lag_seconds, time.monotonic() - oldest_deletion)
         return result
+
+    def _write_chunk(
+        self,
+        chunk: list[tuple[Key, dict[str, Any]]],
+        pending_transitions: dict[Key, list[PendingTransition]],
+        result: FlushResult,
+    ) -> None:
+        """Commit leases with their transitions; nothing is counted unless it commits."""
+        now = timezone.now()
+        with transaction.atomic():
+            observations = [
+                observation
+                for observation in (parse_lease(obj) for _, obj in chunk)
+                if observation is not None
+            ]
+            ids = self._upsert(observations, now)
+            transitions = [
+                transition for key, _ in chunk for transition in pending_transitions.get(key, ())
+            ]
+            transitions_written = self._write_transitions(transitions, ids)
+        with self._lock:
+            self._lease_ids.update(ids)
+        for key, _ in chunk:
+            pending_transitions.pop(key, None)
+        result.leases_written += len(observations)
+        result.transitions_written += transitions_written
+        result.objects_cleaned += sum(observation.cleaned for observation in observations)
+
+    def _write_alone(
+        self,
+        item: tuple[Key, dict[str, Any]],
+        pending_transitions: dict[Key, list[PendingTransition]],
+        result: FlushResult,
+    ) -> None:
+        try:
+            self._write_chunk([item], pending_transitions, result)
+        except ROW_DATA_ERRORS as exc:
+            pending_transitions.pop(item[0], None)
+            result.leases_skipped += 1
+            # The lease's name only: its values are the cluster's data, maybe large.
+            logger.warning(
+                "cluster %s: skipped lease %s/%s, which the database refused (%s)",
+                self.cluster_id,
+                *item[0],
+                type(exc).__name__,
+            )
 
     def _take_oldest(self, limit: int) -> _Batch:
         """Hand over the longest-waiting leases (at most `limit`), with their transitions.
@@ -250,15 +298,13 @@ class LeaseIngestor:
         return taken
 
     def _upsert(self, observations: list[LeaseObservation], now: datetime) -> dict[Key, int]:
+        # The ids are remembered by the caller once committed: a rolled-back insert's id
+        # would point transitions at a row that does not exist.
         if not observations:
             return {}
         if connection.vendor == "postgresql":
-            ids = self._upsert_postgresql(observations, now)
-        else:
-            ids = self._upsert_orm(observations, now)
-        with self._lock:
-            self._lease_ids.update(ids)
-        return ids
+            return self._upsert_postgresql(observations, now)
+        return self._upsert_orm(observations, now)
 
     def _upsert_postgresql(
         self, observations: list[LeaseObservation], now: datetime
@@ -291,7 +337,7 @@ class LeaseIngestor:
                             "labels": obs.labels,
                             "resource_version": obs.resource_version,
                             "created_at": obs.created_at,
-                            "raw": _json_without_nul(obs.raw),
+                            "raw": obs.raw,
                         }
                         for obs in chunk
                     ]
@@ -441,24 +487,6 @@ def _transition_between(previous: KnownLease, identity: LeaseIdentity) -> Pendin
         lease_transitions=identity.lease_transitions,
         missed=missed,
     )
-
-
-def _json_without_nul(value: dict[str, Any]) -> orjson.Fragment:
-    """The object as JSON, minus NUL characters, which PostgreSQL text and jsonb refuse."""
-    dumped = orjson.dumps(value)
-    if b"\\u0000" in dumped:
-        dumped = orjson.dumps(_strip_nul(value))
-    return orjson.Fragment(dumped)
-
-
-def _strip_nul(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.replace("\x00", "")
-    if isinstance(value, dict):
-        return {_strip_nul(key): _strip_nul(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_strip_nul(item) for item in value]
-    return value
 
 
 _POSTGRESQL_UPSERT = """

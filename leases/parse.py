@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
+
 from leases.classify import classify_lease
 from leases.models import LeaseClass
 
@@ -36,6 +38,8 @@ class LeaseObservation:
     labels: dict[str, str]
     created_at: datetime | None
     raw: dict[str, Any]
+    # NUL characters were removed from it (PostgreSQL stores no NUL in text or jsonb).
+    cleaned: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -45,7 +49,10 @@ class LeaseObservation:
     def expires_at(self) -> datetime | None:
         if self.renew_time is None or self.lease_duration_seconds is None:
             return None
-        return self.renew_time + timedelta(seconds=self.lease_duration_seconds)
+        try:
+            return self.renew_time + timedelta(seconds=self.lease_duration_seconds)
+        except OverflowError:
+            return None  # renewed near the year 9999: no expiry we can represent
 
 
 @dataclass(slots=True)
@@ -59,6 +66,7 @@ class CandidateObservation:
     ping_time: datetime | None
     renew_time: datetime | None
     raw: dict[str, Any]
+    cleaned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,17 +163,49 @@ class _Envelope:
     metadata: dict[str, Any]
     spec: dict[str, Any]
     raw: dict[str, Any]
+    cleaned: bool
 
 
 def _envelope(obj: object) -> _Envelope | None:
-    """The parts every namespaced object has; None when it has no namespace or name."""
+    """The parts every namespaced object has; None when it has no namespace or name.
+
+    Everything is read from the object as it will be stored, NULs removed, so no field
+    (labels, annotations, holder, the raw JSON) can carry one into the database.
+    """
     if not isinstance(obj, dict):
         return None
-    metadata = _metadata(obj)
+    raw, cleaned = without_nul(_without_managed_fields(obj, _metadata(obj)))
+    metadata = raw["metadata"]
     namespace, name = _text(metadata.get("namespace")), _text(metadata.get("name"))
     if not namespace or not name:
         return None
-    return _Envelope(namespace, name, metadata, _spec(obj), _without_managed_fields(obj, metadata))
+    return _Envelope(namespace, name, metadata, _spec(raw), raw, cleaned)
+
+
+def without_nul(value: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The object minus NUL characters in every string and key, and whether any was there.
+
+    PostgreSQL refuses NUL in text and jsonb, and one refused row fails its whole batch.
+    The check is one orjson dump (cheap, in C); the walk happens only for the rare object
+    that has a NUL.
+    """
+    try:
+        if b"\\u0000" not in orjson.dumps(value):
+            return value, False
+    except orjson.JSONEncodeError:
+        pass  # not plain JSON data (a test's dict, say): walk it
+    stripped = _strip_nul(value)
+    return stripped, stripped != value
+
+
+def _strip_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {_strip_nul(key): _strip_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_strip_nul(item) for item in value]
+    return value
 
 
 def parse_lease(obj: object) -> LeaseObservation | None:
@@ -198,6 +238,7 @@ def parse_lease(obj: object) -> LeaseObservation | None:
         labels=labels,
         created_at=parse_time(metadata.get("creationTimestamp")),
         raw=raw,
+        cleaned=envelope.cleaned,
     )
 
 
@@ -216,4 +257,5 @@ def parse_candidate(obj: object) -> CandidateObservation | None:
         ping_time=parse_time(spec.get("pingTime")),
         renew_time=parse_time(spec.get("renewTime")),
         raw=raw,
+        cleaned=envelope.cleaned,
     )

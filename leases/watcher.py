@@ -13,7 +13,9 @@ import logging
 import random
 import threading
 import time
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import orjson
 from django.db import DatabaseError, close_old_connections, connection
@@ -150,6 +152,27 @@ class LeaseWatcher:
                 self._record_error(error.message)
                 logger.warning("cluster %s: %s (retrying in %.0f s)", self.cluster_id, error, delay)
                 self.stop.wait(delay)
+            except Exception as exc:
+                # A failure nobody foresaw (a value the HTTP client refuses, the database
+                # going away): a watcher that ended here would leave its cluster unwatched
+                # with nothing on the status page. Say so, back off, start over.
+                if self._stopping():
+                    break
+                self._api = None
+                close_old_connections()  # a broken connection is replaced, not reused
+                delay = self.backoff.next_delay("unexpected")
+                message = unexpected_error_text(exc)
+                self._record_error(f"{message} Retrying in {delay:.0f} s.")
+                # The traceback's frames, not the exception's text: http.client quotes the
+                # header value it refuses, which is the token.
+                logger.error(
+                    "cluster %s: %s (retrying in %.0f s)\n%s",
+                    self.cluster_id,
+                    message,
+                    delay,
+                    "".join(traceback.format_tb(exc.__traceback__)),
+                )
+                self.stop.wait(delay)
 
     def _connect(self) -> object:
         if self._api is None:
@@ -159,11 +182,17 @@ class LeaseWatcher:
                 # A missing or wrong encryption key: say so on the row and back off like any
                 # configuration error; never fall back to the stored text.
                 raise kube.KubeError(f"The kubeconfig cannot be read: {problem}", kind="config")
+            in_cluster = cluster.source == KubeCluster.Source.IN_CLUSTER
+            if not in_cluster:
+                # kube.connect refuses an unsafe kubeconfig too; this read keeps the
+                # warnings of rows stored before the check existed on the watchers page.
+                checked = kube.parse_kubeconfig(cluster.kubeconfig, cluster.context)
+                warning = " ".join(checked.warnings)
+                if warning != cluster.config_warning:
+                    KubeCluster.objects.filter(pk=self.cluster_id).update(config_warning=warning)
             self._api = kube.connect(
                 kube.ClusterConfig(
-                    in_cluster=cluster.source == KubeCluster.Source.IN_CLUSTER,
-                    kubeconfig=cluster.kubeconfig,
-                    context=cluster.context,
+                    in_cluster=in_cluster, kubeconfig=cluster.kubeconfig, context=cluster.context
                 )
             )
         return self._api
@@ -304,6 +333,18 @@ class LeaseWatcher:
                 "cluster %s: could not write leases (%s); will retry", self.cluster_id, exc
             )
             return
+        except Exception as exc:
+            # The housekeeping thread must outlive a bug in one flush: it also renews the
+            # lock and notices a stop, and without it nothing would be written again.
+            message = unexpected_error_text(exc)
+            self._record_error(f"Writing leases failed: {message}", disconnected=False)
+            logger.error(
+                "cluster %s: %s\n%s",
+                self.cluster_id,
+                message,
+                "".join(traceback.format_tb(exc.__traceback__)),
+            )
+            return
         now = time.monotonic()
         self._events_since_status += result.events
         elapsed = now - self._status_at
@@ -315,6 +356,9 @@ class LeaseWatcher:
             updates["resource_version"] = committed_version[:64]
         if result.events:
             updates["last_event_at"] = timezone.now()
+        skipped = result.objects_cleaned + result.leases_skipped
+        if skipped:
+            updates["skipped_objects_total"] = F("skipped_objects_total") + skipped
         if result.leases_written or result.deletions_written:
             updates["lag_seconds"] = round(result.lag_seconds, 3)
             self.max_lag_seconds = max(self.max_lag_seconds, result.lag_seconds)
@@ -333,9 +377,13 @@ class LeaseWatcher:
             logger.info("cluster %s: lease candidates unavailable: %s", self.cluster_id, error)
             return
         observations = [obs for obs in map(parse_candidate, items) if obs is not None]
+        cleaned = sum(obs.cleaned for obs in observations)
         try:
             sync_candidates(self.cluster_id, observations)
-            KubeCluster.objects.filter(pk=self.cluster_id).update(candidates_api=api_version)
+            KubeCluster.objects.filter(pk=self.cluster_id).update(
+                candidates_api=api_version,
+                skipped_objects_total=F("skipped_objects_total") + cleaned,
+            )
         except DatabaseError:
             close_old_connections()
 
@@ -349,10 +397,29 @@ class LeaseWatcher:
         if stream is not None:
             stream.close()  # unblocks the reader thread's read
 
-    def _record_error(self, message: str) -> None:
+    def _record_error(self, message: str, *, disconnected: bool = True) -> None:
+        updates: dict[str, object] = {"last_error": message[:2000], "last_error_at": timezone.now()}
+        if disconnected:
+            updates["connected"] = False
         try:
-            KubeCluster.objects.filter(pk=self.cluster_id).update(
-                connected=False, last_error=message[:2000], last_error_at=timezone.now()
-            )
+            KubeCluster.objects.filter(pk=self.cluster_id).update(**updates)
         except DatabaseError:
             close_old_connections()
+
+
+def unexpected_error_text(exc: BaseException) -> str:
+    """An unforeseen failure in words, without the exception's own text (it may quote a
+    credential), but with where it happened so the log's traceback is easy to find."""
+    if isinstance(exc, DatabaseError):
+        # Database messages carry no credentials; the first line says what went wrong.
+        detail = (str(exc).strip().splitlines() or [""])[0][:200]
+        return f"A database call of the watcher failed ({type(exc).__name__}: {detail})."
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames:
+        last = frames[-1]
+        where = f" in {'/'.join(Path(last.filename).parts[-2:])}, {last.name}()"
+    return (
+        f"The watcher failed unexpectedly ({type(exc).__name__}{where}); the worker log has "
+        "the traceback."
+    )
