@@ -438,3 +438,47 @@ def test_in_cluster_keeps_using_the_service_account(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(kube.KubeError, match="cannot be used: Service host/port"):
         kube.connect(kube.ClusterConfig(in_cluster=True))
+
+
+@pytest.mark.django_db
+def test_add_kube_cluster_prints_the_warning(tmp_path: Path) -> None:
+    document = kubeconfig_document("https://10.0.0.1:6443", token="t", context_name="lab")
+    document["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(document))
+    stdout, stderr = StringIO(), StringIO()
+    call_command("add_kube_cluster", "lab", "--kubeconfig", str(path), stdout=stdout, stderr=stderr)
+    assert "Added cluster 'lab'" in stdout.getvalue()
+    assert "Warning: clusters[lab].cluster.insecure-skip-tls-verify is true" in stderr.getvalue()
+
+
+@pytest.mark.django_db
+def test_admin_still_saves_a_row_whose_stored_kubeconfig_is_now_refused(
+    tmp_path: Path, admin_client: Client
+) -> None:
+    """So it can be disabled; its watcher refuses the kubeconfig and says why."""
+    cluster = KubeCluster.objects.create(name="old", kubeconfig="")
+    hostile = hostile_kubeconfig("https://10.0.0.1:6443", exec_user(tmp_path / "pwned"))
+    KubeCluster.objects.filter(pk=cluster.pk).update(kubeconfig=hostile)
+    response = admin_client.post(
+        f"/admin/leases/kubecluster/{cluster.pk}/change/",
+        {"name": "old", "source": "kubeconfig", "kubeconfig": "", "context": ""},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert not KubeCluster.objects.get(pk=cluster.pk).enabled
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watcher_shows_the_warning_of_a_row_stored_before_the_check(
+    apiserver: FakeApiServer,
+) -> None:
+    document = kubeconfig_document(apiserver.url, token=None, context_name="old")
+    cluster = KubeCluster.objects.create(name="old", kubeconfig=yaml.safe_dump(document))
+    document["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+    KubeCluster.objects.filter(pk=cluster.pk).update(kubeconfig=yaml.safe_dump(document))
+    with RunningWatcher(cluster):
+        eventually(lambda: KubeCluster.objects.get(pk=cluster.pk).connected)
+    row = KubeCluster.objects.get(pk=cluster.pk)
+    assert "insecure-skip-tls-verify is true" in row.config_warning
+    assert row.last_error == ""

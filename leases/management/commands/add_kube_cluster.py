@@ -11,7 +11,8 @@ from leases.services import ClusterConfigError, register_kube_cluster
 class Command(BaseCommand):
     help = (
         "Register a Kubernetes cluster whose Leases the dashboard watches. The kubeconfig is "
-        "stored as a secret and never shown again."
+        "stored as a secret and never shown again; it may hold a token or inline client "
+        "certificate, never an exec plugin or a file path (see the README)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -51,3 +52,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{verb} cluster {cluster.name!r}; a watch worker picks it up within seconds."
         )
+        if cluster.config_warning:
+            # Accepted, but someone should fix it; the watchers page keeps saying so.
+            self.stderr.write(f"Warning: {cluster.config_warning}")
