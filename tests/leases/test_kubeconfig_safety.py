@@ -303,7 +303,7 @@ def test_refused_cluster_fields_are_named_with_what_to_use_instead(
         ("cluster", {"server": "https://admin:pw@10.0.0.1"}, "carries a user name or password"),
         ("cluster", {"server": "https://10.0.0.1:99999"}, "must be an http or https URL"),
         ("cluster", {"tls-server-name": ".evil"}, "must be a host name"),
-        ("cluster", {"certificate-authority-data": "bm90IGEgY2VydA=="}, "does not hold a PEM"),
+        ("cluster", {"certificate-authority-data": "not base64!"}, "is not valid base64"),
         ("context", {"cluster": "c", "user": "u", "exec": "x"}, "contexts[c].context.exec"),
         ("context", {"cluster": "elsewhere"}, "must name a cluster defined"),
     ],
