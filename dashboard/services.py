@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, Group, Permission
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import TextField
-from django.db.models.functions import Cast
 from django.utils import timezone
-
-from dashboard import encryption
 
 from dashboard.models import ApiToken, WorkerHeartbeat, hash_api_token
 
@@ -96,39 +91,3 @@ def worker_status(queues: tuple[str, ...] = ("default", "watch")) -> list[dict[s
             }
         )
     return status
-
-
-@dataclass
-class RotationResult:
-    changed: int = 0
-    per_column: list[tuple[str, str, int]] = field(default_factory=list)
-    # "app.Model#pk.field" of secrets no configured key decrypts: left untouched.
-    unreadable: list[str] = field(default_factory=list)
-
-
-def rotate_stored_secrets() -> RotationResult:
-    """Re-encrypt every secret not already under the first key; safe to run twice.
-
-    Reads the stored ciphertext itself (cast to plain text, so the field does not decrypt
-    it), and writes each row in its own small transaction: a rotation interrupted halfway
-    leaves every row readable, since every old key still decrypts.
-    """
-    result = RotationResult()
-    for model, field_name in encryption.encrypted_fields():
-        changed = 0
-        stored_rows = model.objects.annotate(
-            stored=Cast(field_name, output_field=TextField())
-        ).values_list("pk", "stored")
-        for pk, stored in stored_rows.iterator():
-            if not stored or encryption.is_current(stored):
-                continue
-            try:
-                rotated = encryption.rotate(stored)
-            except encryption.SecretUnreadable:
-                result.unreadable.append(f"{model._meta.label}#{pk}.{field_name}")
-                continue
-            model.objects.filter(pk=pk).update(**{field_name: encryption.Ciphertext(rotated)})
-            changed += 1
-        result.per_column.append((model._meta.label, field_name, changed))
-        result.changed += changed
-    return result

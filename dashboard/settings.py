@@ -11,6 +11,7 @@ import ipaddress
 import os
 import secrets
 import zoneinfo
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -42,13 +43,29 @@ if not PRODUCTION:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
+def _generated_once(path: Path, make: Callable[[], str]) -> str:
+    """A development secret made on first use and kept in `path`.
+
+    Web, workers, beat and parallel test processes start together: the file appears whole
+    (written aside, then linked into place) and the first process to link it wins, so they
+    all end up with the same value.
+    """
+    if not path.exists():
+        draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        draft.write_text(make(), encoding="utf-8")
+        draft.chmod(0o600)
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    return path.read_text(encoding="utf-8").strip()
+
+
 def _development_secret_key() -> str:
     # Generated once and kept, so sessions survive restarts of `make run`.
-    path = VAR_DIR / "secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50), encoding="utf-8")
-        path.chmod(0o600)
-    return path.read_text(encoding="utf-8").strip()
+    return _generated_once(VAR_DIR / "secret_key", lambda: secrets.token_urlsafe(50))
 
 
 if PRODUCTION:
@@ -67,11 +84,7 @@ else:
 
 
 def _development_encryption_key() -> str:
-    path = VAR_DIR / "encryption_key"
-    if not path.exists():
-        path.write_text(generate_encryption_key(), encoding="utf-8")
-        path.chmod(0o600)
-    return path.read_text(encoding="utf-8").strip()
+    return _generated_once(VAR_DIR / "encryption_key", generate_encryption_key)
 
 
 SECRETS_ENCRYPTION_KEYS = [
