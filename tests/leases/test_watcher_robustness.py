@@ -8,6 +8,7 @@ stored; a lease the database refuses is skipped alone instead of stalling its ba
 
 from __future__ import annotations
 
+import http.client
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from django.test import Client
 from leases.fake_apiserver import FakeApiServer, kubeconfig_document
 from leases.models import KubeCluster, Lease, LeaseCandidate
 from leases.services import ClusterConfigError, register_kube_cluster
+from leases.watcher import unexpected_error_text
 from tests.leases.test_watcher import (
     TOKEN,
     RunningWatcher,
@@ -123,6 +125,21 @@ def test_an_unforeseen_failure_is_recorded_and_retried_not_a_silent_end(
         eventually(lambda: Lease.objects.get().holder == "master-1_b")
         eventually(lambda: status(cluster).connected)
         assert runner.thread.is_alive()
+
+
+def test_an_unforeseen_failure_is_described_without_the_exceptions_own_text() -> None:
+    # What a token with a line break did before the kubeconfig check: http.client refuses
+    # the header, quoting it, token included.
+    request = http.client.HTTPConnection("127.0.0.1", 9)
+    request.putrequest("GET", "/apis/coordination.k8s.io/v1/leases")
+    with pytest.raises(ValueError) as error:
+        request.putheader("Authorization", f"Bearer {BROKEN_TOKEN}")
+    assert TOKEN in str(error.value)
+    text = unexpected_error_text(error.value)
+    assert text == (
+        "The watcher failed unexpectedly (ValueError in http/client.py, putheader()); the "
+        "worker log has the traceback."
+    )
 
 
 # --- NUL characters and values the database refuses -----------------------------------------
