@@ -20,7 +20,6 @@ import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -116,27 +115,47 @@ _GET_LOOKUP = re.compile(
 _BOUND_FORM = re.compile(r"(\w+)\(\s*(?:self\.)?request\.GET\b")
 
 
-def _modules_of(callback: Any) -> list[ModuleType]:
+_CALL = re.compile(r"\b(\w+)\(")
+
+
+def _view_code(callback: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(source, the namespace its names resolve in) of the code that runs for this view.
+
+    The view function, or the classes of a class-based view (Django's generic bases left
+    out), and the functions of their own modules they call, transitively.
+    """
     view = inspect.unwrap(callback)
-    classes = getattr(callback, "view_class", None) or getattr(view, "view_class", None)
-    modules = [sys.modules[view.__module__]]
-    if classes is not None:
-        modules += [
-            sys.modules[cls.__module__]
-            for cls in classes.__mro__
+    view_class = getattr(callback, "view_class", None) or getattr(view, "view_class", None)
+    pending: list[Any] = [view]
+    if view_class is not None:
+        pending = [
+            cls
+            for cls in view_class.__mro__
             if not cls.__module__.startswith(("django.views", "builtins"))
         ]
-    return list(dict.fromkeys(modules))
+    code: list[tuple[str, dict[str, Any]]] = []
+    seen: set[Any] = set()
+    while pending:
+        unit = pending.pop()
+        if unit in seen:
+            continue
+        seen.add(unit)
+        source, namespace = inspect.getsource(unit), vars(sys.modules[unit.__module__])
+        code.append((source, namespace))
+        for name in _CALL.findall(source):
+            called = namespace.get(name)
+            if inspect.isfunction(called) and called.__module__ == unit.__module__:
+                pending.append(called)
+    return code
 
 
 def query_parameters(callback: Any) -> list[str]:
-    """Names looked up in request.GET, and fields of forms bound to it, in the view's modules."""
+    """Names looked up in request.GET, and fields of forms bound to it, in the view's code."""
     names: list[str] = list(ALWAYS_FUZZED)
-    for module in _modules_of(callback):
-        source = inspect.getsource(module)
+    for source, namespace in _view_code(callback):
         names += _GET_LOOKUP.findall(source)
         for form_name in _BOUND_FORM.findall(source):
-            form_class = getattr(module, form_name, None)
+            form_class = namespace.get(form_name)
             if isinstance(form_class, type) and issubclass(form_class, forms.BaseForm):
                 names += list(_unbound_fields(form_class))
     return list(dict.fromkeys(names))
@@ -240,7 +259,7 @@ def requests_for(
         yield f"{base}?{urlencode([(parameter, '1'), (parameter, '2')])}", {}
     if not route.is_api:
         # htmx requests choose a partial by the HX-Target header, which is as free as a URL.
-        for value in ("nonexistent", "lease-table#x", "x" * 2000, "ß²𝟘"):
+        for value in ("nonexistent", "lease-table#x", "x" * 2000, "ß²𝟘", "a\x00b"):
             yield base, {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": value}
 
 
@@ -248,10 +267,13 @@ def admin_requests() -> Iterator[str]:
     for model in admin.site._registry:
         if model._meta.app_label not in OUR_APPS:
             continue
-        changelist = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
+        prefix = f"admin:{model._meta.app_label}_{model._meta.model_name}"
+        changelist = reverse(f"{prefix}_changelist")
         for parameter in ADMIN_PARAMETERS:
             for value in ("\x00", "ß²𝟘", str(2**63), "-1", "", "x" * 5000, "1.-2.99"):
                 yield f"{changelist}?{urlencode({parameter: value})}"
+        for object_id in ("\x00", "ß²𝟘", str(2**63), str(10**30), "-1"):
+            yield reverse(f"{prefix}_change", args=[object_id])
 
 
 def _shown(url: str) -> str:
