@@ -164,6 +164,24 @@ def test_discovery_happens_at_the_first_sign_in_and_is_then_cached(sso: OidcProv
     assert sso.requests_seen(DISCOVERY_PATH) == before + 1
 
 
+def test_explicit_endpoints_work_without_an_issuer_and_without_discovery(
+    sso: OidcProvider, settings: Any
+) -> None:
+    settings.OIDC_ISSUER = None
+    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = f"{sso.issuer}/authorize"
+    settings.OIDC_OP_TOKEN_ENDPOINT = f"{sso.issuer}/token"
+    settings.OIDC_OP_USER_ENDPOINT = f"{sso.issuer}/userinfo"
+    settings.OIDC_OP_JWKS_ENDPOINT = f"{sso.issuer}/jwks"
+    before = sso.requests_seen(DISCOVERY_PATH)
+    client = Client()
+
+    response = sign_in(client, sso, "olivia")
+
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert client.get("/api/v1/me").json()["can_change_clusters"] is True
+    assert sso.requests_seen(DISCOVERY_PATH) == before
+
+
 def test_sign_in_views_are_reachable_without_a_login(sso: OidcProvider) -> None:
     client = Client()
     start = client.get("/oidc/authenticate/")

@@ -74,6 +74,14 @@ def test_production_refuses_a_provider_over_plain_http() -> None:
     assert SECRET not in result.stderr
 
 
+def test_production_names_what_is_missing_without_echoing_the_secret() -> None:
+    env = {**PRODUCTION_ENV, "OIDC_ISSUER": ISSUER, "OIDC_CLIENT_SECRET": SECRET}
+    result = run_django("", env=env)
+    assert result.returncode != 0
+    assert "OIDC_CLIENT_ID is required for single sign-on" in result.stderr
+    assert SECRET not in result.stderr + result.stdout
+
+
 @pytest.fixture
 def listener() -> Iterator[tuple[str, list[object]]]:
     """A TCP port that records every connection made to it."""
