@@ -4,13 +4,14 @@ The routes come from the URLconf, so a new one is fuzzed as soon as it exists. P
 parameters get real objects (made here, so each route reaches its database lookups) and,
 one at a time, hostile values. Query parameters are the ones the views read: the names in
 `request.GET` lookups and the fields of forms bound to `request.GET`, found in the source of
-each view's module (and, for class-based views, of the modules of its classes). Pages are
-asked for as a signed-in operator and, on the JSON API, also with a bearer token.
+the code each view runs (its function or classes, and the functions of their modules they
+call). Page views also get odd htmx targets. Pages are asked for as a signed-in operator and,
+on the JSON API, also with a bearer token.
 
 Any 5xx fails, 503 included: the database is up for this test, so a 503 would be a value the
 database refused being reported as an outage. Admin is Django's: only its changelists of our
-models are asked, with the search, ordering and page parameters. Value lists are fixed and
-short, so a run is deterministic and takes seconds.
+models are asked, with the search, ordering and page parameters, and its change pages with
+odd object ids. Value lists are fixed and short, so a run is deterministic and takes seconds.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ HOSTILE_VALUES = (
 # resolver answers 404 for the rest, which is fine but costs time, so only these are tried.
 HOSTILE_SEGMENTS = (*(value for value in HOSTILE_VALUES if value), "~zz")
 HOSTILE_INTS = ("0", str(2**63), str(10**30), str(2**64 + 1))
-# Read by code that is not a view, or by every view: a redirect target, an htmx target.
+# Read by code that is not the view's own (login redirects, Django's auth views).
 ALWAYS_FUZZED = ("next",)
 ADMIN_PARAMETERS = ("q", "o", "p")
 OUR_APPS = frozenset({"dashboard", "leases", "nks", "alerts"})
