@@ -216,7 +216,8 @@ def populate(count: int) -> str:
     user = User.objects.create_user("bench")
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    # The password backend, as a form login would record (not the throttling one, first).
+    session[BACKEND_SESSION_KEY] = "dashboard.oidc.PasswordBackend"
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
     assert session.session_key is not None
