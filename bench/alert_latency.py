@@ -5,7 +5,7 @@
         .venv/bin/python bench/alert_latency.py
 
 The real pipeline, as `make run` and production run it:
-  * ten fake kube-apiservers (`leases.fake_apiserver.FakeApiServer`, in a child process), one
+  * ten fake kube-apiservers (`fakes.kube.FakeApiServer`, in a child process), one
     per cluster, each with kube-system/kube-scheduler (leaseDurationSeconds 3) renewed four
     times a second by a "leader" thread;
   * Celery as separate processes: beat, a `watch` worker whose watchers stream the ten
@@ -64,7 +64,7 @@ RECIPIENT = "oncall@example.org"
 
 
 def apiservers_process(commands: Connection) -> None:
-    from leases.fake_apiserver import FakeApiServer
+    from fakes.kube import FakeApiServer
 
     servers = [FakeApiServer(token=TOKEN).start() for _ in range(LEASES)]
     renewing = [True] * LEASES
@@ -242,7 +242,7 @@ def main() -> None:
     import yaml
 
     from alerts.models import EvaluatorStatus, Incident, Notification
-    from leases.fake_apiserver import kubeconfig_document
+    from fakes.kube import kubeconfig_document
     from leases.models import KubeCluster, Lease
     from leases.services import register_kube_cluster
 

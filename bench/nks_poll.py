@@ -36,7 +36,7 @@ BENCH_DATABASE = "bench_nks_poll"
 
 def fake_nks_process(commands: Connection) -> None:
     """The fake NKS, driven by commands from the benchmark over a pipe."""
-    from nks.fake_api import FakeNks
+    from fakes.nks import FakeNks
 
     fake = FakeNks(scenario=f"clusters:{CLUSTERS}", latency=LATENCY).start()
     commands.send({"url": fake.url, **fake.credentials()})

@@ -41,7 +41,7 @@ BENCH_DATABASE = "bench_watch_ingest"
 
 def fake_server_process(commands: Connection) -> None:
     """The fake API server, driven by commands from the benchmark over a pipe."""
-    from leases.fake_apiserver import FakeApiServer
+    from fakes.kube import FakeApiServer
 
     server = FakeApiServer(event_window=EVENTS * 2, bookmark_interval=5.0).start()
     commands.send(server.url)
@@ -83,7 +83,7 @@ def raw_read_rate(url: str, pipe: Connection) -> float:
     import yaml
 
     from leases import kube
-    from leases.fake_apiserver import kubeconfig_document
+    from fakes.kube import kubeconfig_document
 
     kubeconfig = yaml.safe_dump(kubeconfig_document(url, token=None, context_name="bench"))
     api = kube.connect(kube.ClusterConfig(kubeconfig=kubeconfig))
@@ -117,7 +117,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     import yaml
 
-    from leases.fake_apiserver import kubeconfig_document
+    from fakes.kube import kubeconfig_document
     from leases.models import KubeCluster, Lease
     from leases.services import register_kube_cluster
     from leases.watcher import LeaseWatcher

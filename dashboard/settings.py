@@ -139,6 +139,7 @@ INSTALLED_APPS = [
     "leases",
     "nks",
     "alerts",
+    "fakes",
 ]
 
 MIDDLEWARE = [

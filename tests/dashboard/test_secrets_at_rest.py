@@ -20,11 +20,11 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
 from dashboard.encryption import CIPHERTEXT_PREFIX, UnreadableSecret, secret_problem
-from leases.fake_apiserver import FakeApiServer, kubeconfig_document
+from fakes.kube import FakeApiServer, kubeconfig_document
 from leases.models import KubeCluster
 from leases.services import register_kube_cluster
 from leases.watcher import Backoff, LeaseWatcher
-from nks.fake_api import FakeNks
+from fakes.nks import FakeNks
 from nks.models import NksAccount
 from nks.poller import poll_account
 from nks.services import register_nks_account

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from nks.fake_api import FakeNks
+from fakes.nks import FakeNks
 from nks.models import NksCluster
 from nks.poller import forget_clients, poll_account
 from nks.services import register_nks_account

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import expect
 
-from leases.fake_apiserver import FakeApiServer
+from fakes.kube import FakeApiServer
 from tests.leases.test_watcher import TOKEN, RunningWatcher, leader_spec, register
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -18,7 +18,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from dashboard.oidc import forget_provider
-from nks.fake_api import FakeNks
+from fakes.nks import FakeNks
 from nks.models import NksCluster, ResizeRequest
 from nks.poller import forget_clients, poll_account
 from nks.services import register_nks_account

@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.db import connections
 
-from nks.fake_api import FakeNks
+from fakes.nks import FakeNks
 from nks.models import NksCluster, ResizeRequest, ResizeState
 from nks.poller import forget_clients, poll_account
 from nks.services import register_nks_account

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from leases.fake_apiserver import FakeApiServer
+from fakes.kube import FakeApiServer
 
 TEST_BOOKMARK_INTERVAL = 0.2
 

@@ -8,7 +8,7 @@ import yaml
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from leases.fake_apiserver import kubeconfig_document
+from fakes.kube import kubeconfig_document
 from leases.locks import watcher_lock
 from leases.models import KubeCluster
 from leases.services import claim_dispatch, clusters_without_watcher

@@ -27,14 +27,14 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from leases.fake_apiserver import (
+from fakes.kube import (
     DemoScenario,
     FakeApiServer,
     NodeFleetScenario,
     ObjectStore,
     ScenarioRunner,
 )
-from leases.fake_apiserver.resources import format_micro_time
+from fakes.kube.resources import format_micro_time
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURE_DIRS = (

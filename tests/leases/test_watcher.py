@@ -11,7 +11,7 @@ import pytest
 import yaml
 from django.db import connection
 
-from leases.fake_apiserver import FakeApiServer, kubeconfig_document
+from fakes.kube import FakeApiServer, kubeconfig_document
 from leases.models import KubeCluster, Lease, LeaseCandidate, LeaseTransition
 from leases.parse import parse_time
 from leases.services import register_kube_cluster

@@ -18,7 +18,7 @@ import yaml
 from django.db import connection
 from django.test import Client
 
-from leases.fake_apiserver import FakeApiServer, kubeconfig_document
+from fakes.kube import FakeApiServer, kubeconfig_document
 from leases.models import KubeCluster, Lease, LeaseCandidate
 from leases.services import ClusterConfigError, register_kube_cluster
 from leases.watcher import unexpected_error_text

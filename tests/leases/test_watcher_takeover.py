@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connections
 
-from leases.fake_apiserver import FakeApiServer
+from fakes.kube import FakeApiServer
 from leases.locks import LOCK_TTL_SECONDS
 from leases.models import KubeCluster, LeaseTransition
 from leases.services import clusters_without_watcher

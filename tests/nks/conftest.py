@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nks.client import NksClient, Timeouts
-from nks.fake_api import FakeNks
+from fakes.nks import FakeNks
 
 FAST_TIMEOUTS = Timeouts(connect=2.0, read=2.0, write=2.0, pool=2.0)
 

@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from dashboard.models import ApiToken
-from nks.fake_api import FakeNks
+from fakes.nks import FakeNks
 from nks.models import NksAccount, NksNodegroup, ResizeRequest
 from nks.services import submit_resize
 

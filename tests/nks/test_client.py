@@ -23,7 +23,7 @@ from nks.client import (
     fetch_snapshot,
     parse_health,
 )
-from nks.fake_api import FakeNks
+from fakes.nks import FakeNks
 
 RESIZE_PATH = r"/v1/clusters/[^/]+/actions/resize"
 TOKENS_PATH = r"/identity/v2\.0/tokens"

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from nks.fake_api import FakeNks
+from fakes.nks import FakeNks
 from nks.models import NksAccount, NksCluster
 from nks.tasks import poll_account as poll_account_task
 

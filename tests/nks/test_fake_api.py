@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import time_machine
 
-from nks.fake_api import FakeNks
-from nks.fake_api.scenarios import validate_scenario
+from fakes.nks import FakeNks
+from fakes.nks.scenarios import validate_scenario
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

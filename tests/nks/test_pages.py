@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from leases.models import KubeCluster
-from nks.fake_api import FakeNks
+from fakes.nks import FakeNks
 from nks.models import NksAccount, NksCluster, stale_after
 from nks.poller import poll_account
 from nks.services import register_nks_account

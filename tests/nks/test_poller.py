@@ -10,7 +10,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from nks.fake_api import FakeNks
+from fakes.nks import FakeNks
 from nks.models import (
     EventState,
     Freshness,

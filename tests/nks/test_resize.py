@@ -15,7 +15,7 @@ from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
-from nks.fake_api import FakeNks
+from fakes.nks import FakeNks
 from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeRequest, ResizeState
 from nks.poller import poll_account
 from nks.services import (

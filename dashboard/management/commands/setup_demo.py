@@ -7,10 +7,10 @@ import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from leases.fake_apiserver import kubeconfig_document
+from fakes.kube import kubeconfig_document
 from leases.services import register_kube_cluster
-from nks.fake_api.scenarios import DEFAULT_PASSWORD, DEFAULT_TENANT_ID, DEFAULT_USERNAME
-from nks.fake_api.server import IDENTITY_PREFIX
+from fakes.nks.scenarios import DEFAULT_PASSWORD, DEFAULT_TENANT_ID, DEFAULT_USERNAME
+from fakes.nks.server import IDENTITY_PREFIX
 from nks.services import register_nks_account
 
 DEMO_CLUSTER = "demo"

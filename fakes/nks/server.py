@@ -30,13 +30,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import unquote, urlsplit
 
-from nks.fake_api.scenarios import (
+from fakes.nks.scenarios import (
     DEFAULT_PASSWORD,
     DEFAULT_TENANT_ID,
     DEFAULT_USERNAME,
     build_scenario,
 )
-from nks.fake_api.state import FakeApiError, FakeNksState
+from fakes.nks.state import FakeApiError, FakeNksState
 
 logger = logging.getLogger(__name__)
 

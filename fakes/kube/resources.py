@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from leases.fake_apiserver import errors
-from leases.fake_apiserver.errors import ApiError, FieldError
+from fakes.kube import errors
+from fakes.kube.errors import ApiError, FieldError
 
 GROUP = errors.GROUP
 OLDEST_EMULATION_VERSION = "OldestEmulationVersion"

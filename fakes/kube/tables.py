@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from leases.fake_apiserver.resources import ResourceType, human_duration
-from leases.fake_apiserver.store import StoredObject, with_kind
+from fakes.kube.resources import ResourceType, human_duration
+from fakes.kube.store import StoredObject, with_kind
 
 _DESCRIPTIONS = {
     "Name": "Name must be unique within a namespace.",

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from leases.fake_apiserver.resources import OLDEST_EMULATION_VERSION
-from leases.fake_apiserver.store import ObjectStore
+from fakes.kube.resources import OLDEST_EMULATION_VERSION
+from fakes.kube.store import ObjectStore
 
 logger = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
 """A fake kube-apiserver for Leases and LeaseCandidates: the demo cluster behind `make run`,
 and the server tests and benchmarks talk to over real HTTP.
 
-Run it with `python manage.py fake_apiserver` (or `python -m leases.fake_apiserver`), or
+Run it with `python manage.py fake_apiserver` (or `python -m fakes.kube`), or
 in-process with `FakeApiServer(...).start()`.
 """
 
-from leases.fake_apiserver.scenarios import (
+from fakes.kube.scenarios import (
     DemoScenario,
     DemoTimings,
     EmptyScenario,
@@ -14,8 +14,8 @@ from leases.fake_apiserver.scenarios import (
     ScenarioRunner,
     make_scenario,
 )
-from leases.fake_apiserver.server import FakeApiServer, RequestRecord, kubeconfig_document
-from leases.fake_apiserver.store import ObjectStore
+from fakes.kube.server import FakeApiServer, RequestRecord, kubeconfig_document
+from fakes.kube.store import ObjectStore
 
 __all__ = [
     "DemoScenario",

@@ -30,18 +30,18 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 import yaml
 
-from leases.fake_apiserver import errors, patches, tables
-from leases.fake_apiserver.errors import ApiError
-from leases.fake_apiserver.resources import (
+from fakes.kube import errors, patches, tables
+from fakes.kube.errors import ApiError
+from fakes.kube.resources import (
     GROUP,
     LEASE_CANDIDATES,
     LEASES,
     ResourceType,
     clean_spec,
 )
-from leases.fake_apiserver.scenarios import Scenario, ScenarioRunner, make_scenario
-from leases.fake_apiserver.selectors import ObjectFilter, parse_filter
-from leases.fake_apiserver.store import (
+from fakes.kube.scenarios import Scenario, ScenarioRunner, make_scenario
+from fakes.kube.selectors import ObjectFilter, parse_filter
+from fakes.kube.store import (
     DEFAULT_EVENT_WINDOW,
     ObjectStore,
     StoredObject,

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from leases.fake_apiserver.cli import DESCRIPTION, ServeOptions, add_arguments, serve
+from fakes.kube.cli import DESCRIPTION, ServeOptions, add_arguments, serve
 
 
 class Command(BaseCommand):

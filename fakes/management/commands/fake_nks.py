@@ -11,9 +11,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from nks.fake_api import FakeNks
-from nks.fake_api.scenarios import scenario_names, validate_scenario
-from nks.fake_api.state import FakeApiError
+from fakes.nks import FakeNks
+from fakes.nks.scenarios import scenario_names, validate_scenario
+from fakes.nks.state import FakeApiError
 
 
 def _scenario(value: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from leases.fake_apiserver import errors
+from fakes.kube import errors
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

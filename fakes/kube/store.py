@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
-from leases.fake_apiserver import errors
-from leases.fake_apiserver.resources import (
+from fakes.kube import errors
+from fakes.kube.resources import (
     CLIENT_METADATA_KEYS,
     LEASE_CANDIDATES,
     LEASES,
@@ -43,7 +43,7 @@ from leases.fake_apiserver.resources import (
     validate_namespace,
     validate_spec,
 )
-from leases.fake_apiserver.selectors import ObjectFilter
+from fakes.kube.selectors import ObjectFilter
 
 StoredObject = dict[str, Any]  # {"metadata": {...}, "spec": {...}}, no kind/apiVersion
 ObjectKey = tuple[str, str]  # (namespace, name), which sorts like etcd keys

@@ -1,5 +1,5 @@
 """Command-line entry point shared by `manage.py fake_apiserver` and
-`python -m leases.fake_apiserver` (the latter needs no Django settings at all)."""
+`python -m fakes.kube` (the latter needs no Django settings at all)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leases.fake_apiserver.scenarios import make_scenario
-from leases.fake_apiserver.server import DEFAULT_BOOKMARK_INTERVAL, FakeApiServer
+from fakes.kube.scenarios import make_scenario
+from fakes.kube.server import DEFAULT_BOOKMARK_INTERVAL, FakeApiServer
 
 DESCRIPTION = (
     "Serve a fake Kubernetes API server (Leases and LeaseCandidates) with a live scenario. "
@@ -167,7 +167,7 @@ def serve(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m leases.fake_apiserver", description=DESCRIPTION
+        prog="python -m fakes.kube", description=DESCRIPTION
     )
     add_arguments(parser)
     serve(

@@ -3,8 +3,8 @@
 Run it with ``python manage.py fake_nks``; use it from Python with :class:`FakeNks`.
 """
 
-from nks.fake_api.server import FakeNks, RecordedRequest
-from nks.fake_api.state import FakeCluster, FakeEvent, FakeNksState, FakeNode, FakeNodegroup
+from fakes.nks.server import FakeNks, RecordedRequest
+from fakes.nks.state import FakeCluster, FakeEvent, FakeNksState, FakeNode, FakeNodegroup
 
 __all__ = [
     "FakeCluster",

@@ -1,0 +1,3 @@
+from fakes.kube.cli import main
+
+main()

@@ -1,3 +1,0 @@
-from leases.fake_apiserver.cli import main
-
-main()
