@@ -114,7 +114,7 @@ def test_api_answers_are_not_stored_even_errors(client: Client, engineer: Any) -
 
 
 def test_static_files_keep_their_cache_headers(engineer_client: Client) -> None:
-    response = engineer_client.get("/static/css/nks.css")
+    response = engineer_client.get("/static/css/dashboard.css")
     assert response.status_code == 200
     assert "no-store" not in response.get("Cache-Control", "")
     assert b".readybar" in b"".join(response.streaming_content)
