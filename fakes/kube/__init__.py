@@ -1,8 +1,7 @@
 """A fake kube-apiserver for Leases and LeaseCandidates: the demo cluster behind `make run`,
 and the server tests and benchmarks talk to over real HTTP.
 
-Run it with `python manage.py fake_apiserver` (or `python -m fakes.kube`), or
-in-process with `FakeApiServer(...).start()`.
+Run it with `python manage.py fake_apiserver`, or in-process with `FakeApiServer(...).start()`.
 """
 
 from fakes.kube.scenarios import (

@@ -189,19 +189,6 @@ def method_not_allowed() -> ApiError:
     )
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
-    return ApiError(
-        status_body(
-            415,
-            "UnsupportedMediaType",
-            f"the body of the request was in an unknown format - accepted media types include: "
-            f"application/json-patch+json, application/merge-patch+json, "
-            f"application/strategic-merge-patch+json (got {content_type!r})",
-            {},
-        )
-    )
-
-
 def unauthorized() -> ApiError:
     return ApiError(status_body(401, "Unauthorized", "Unauthorized"))
 

@@ -452,10 +452,10 @@ class DemoScenario(Scenario):
             self.every(last_renewal + NODE_RENEW_INTERVAL, NODE_RENEW_INTERVAL, heartbeat)
 
 
-def make_scenario(spec: str, *, seed: int | None = None) -> Scenario:
+def make_scenario(spec: str) -> Scenario:
     """`demo`, `empty` or `nodes:N`."""
     if spec == "demo":
-        return DemoScenario(seed=seed)
+        return DemoScenario()
     if spec == "empty":
         return EmptyScenario()
     kind, _, count = spec.partition(":")

@@ -1,5 +1,5 @@
-"""The fake kube-apiserver over real HTTP/1.1: discovery, list/watch/get/create/update/patch/
-delete for Leases and LeaseCandidates, bearer tokens, and fault injection for tests.
+"""The fake kube-apiserver over real HTTP/1.1: discovery, list/watch/get/create/update/delete
+for Leases and LeaseCandidates, bearer tokens, and fault injection for tests.
 
 Watches stream chunked JSON lines straight out of the store's event log; many queued events
 go out in one chunk and one `sendall`, which is what lets a single thread push well over
@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 import yaml
 
-from fakes.kube import errors, patches, tables
+from fakes.kube import errors
 from fakes.kube.errors import ApiError
 from fakes.kube.resources import (
     GROUP,
@@ -39,12 +39,11 @@ from fakes.kube.resources import (
     ResourceType,
     clean_spec,
 )
-from fakes.kube.scenarios import Scenario, ScenarioRunner, make_scenario
+from fakes.kube.scenarios import ScenarioRunner, make_scenario
 from fakes.kube.selectors import ObjectFilter, parse_filter
 from fakes.kube.store import (
     DEFAULT_EVENT_WINDOW,
     ObjectStore,
-    StoredObject,
     WatchEvent,
     watch_line,
     with_kind,
@@ -81,7 +80,6 @@ class _ResourcePath:
     version: str
     namespace: str | None
     name: str | None
-    legacy_watch: bool  # /apis/<group>/<version>/watch/... (deprecated, still served)
 
 
 def _is_true(value: str | None) -> bool:
@@ -156,6 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch()
 
     def do_PATCH(self) -> None:
+        # Nothing here patches; a Status-shaped 405 says so more plainly than http.server's 501.
         self._dispatch()
 
     def do_DELETE(self) -> None:
@@ -175,10 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(
         self, code: int, body: Any, *, headers: dict[str, str] | None = None, apf: bool = True
     ) -> None:
-        option = orjson.OPT_APPEND_NEWLINE
-        if self._pretty:
-            option |= orjson.OPT_INDENT_2
-        data = orjson.dumps(body, option=option)
+        data = orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE)
         self.send_response(code)
         self._common_headers(apf=apf)
         for name, value in (headers or {}).items():
@@ -240,10 +236,6 @@ class _Handler(BaseHTTPRequestHandler):
         }
         self._request_path, self._request_query = split.path, query
         self._response_started = False
-        # kube-apiserver pretty-prints for curl (which is why the fixtures are indented).
-        self._pretty = _is_true(query.get("pretty")) or self.headers.get(
-            "User-Agent", ""
-        ).startswith("curl/")
         try:
             body = self._read_body()
             if path in _HEALTH_PATHS:
@@ -296,11 +288,10 @@ class _Handler(BaseHTTPRequestHandler):
         api = self.server.api
         store = api.store
         resource, version = route.resource, route.version
-        dry_run = query.get("dryRun") == "All"
         method = self.command
         if route.name is None:
             if method == "GET":
-                if route.legacy_watch or _is_true(query.get("watch")):
+                if _is_true(query.get("watch")):
                     self._watch(route, query)
                 else:
                     self._list(route, query)
@@ -311,34 +302,15 @@ class _Handler(BaseHTTPRequestHandler):
                     route.namespace,
                     _decode_body(resource, version, body),
                     version=version,
-                    dry_run=dry_run,
                 )
                 self._send_json(201, with_kind(resource, created, version))
-                return
-            if method == "DELETE" and route.namespace is not None:
-                object_filter = parse_filter(
-                    route.namespace, query.get("labelSelector", ""), query.get("fieldSelector", "")
-                )
-                deleted = store.delete_collection(resource, object_filter, dry_run=dry_run)
-                self._send_json(
-                    200,
-                    {
-                        "kind": resource.list_kind,
-                        "apiVersion": resource.api_version(version),
-                        "metadata": {"resourceVersion": str(store.resource_version)},
-                        "items": deleted,
-                    },
-                )
                 return
             raise errors.method_not_allowed()
 
         assert route.namespace is not None  # _parse_resource_path guarantees it for items
         if method == "GET":
             obj = store.get(resource, route.namespace, route.name)
-            if tables.wants_table(self.headers.get("Accept", "")):
-                self._send_json(200, self._table([obj], route, query, {"resourceVersion": ""}))
-            else:
-                self._send_json(200, with_kind(resource, obj, version))
+            self._send_json(200, with_kind(resource, obj, version))
         elif method == "PUT":
             updated = store.update(
                 resource,
@@ -346,26 +318,10 @@ class _Handler(BaseHTTPRequestHandler):
                 route.name,
                 _decode_body(resource, version, body),
                 version=version,
-                dry_run=dry_run,
             )
             self._send_json(200, with_kind(resource, updated, version))
-        elif method == "PATCH":
-            apply_patch = patches.patch_function(self.headers.get("Content-Type", ""), body)
-            patched = store.patch(
-                resource, route.namespace, route.name, apply_patch, version=version, dry_run=dry_run
-            )
-            self._send_json(200, with_kind(resource, patched, version))
         elif method == "DELETE":
-            options = _decode_delete_options(body)
-            preconditions = options.get("preconditions") or {}
-            deleted = store.delete(
-                resource,
-                route.namespace,
-                route.name,
-                precondition_uid=preconditions.get("uid"),
-                precondition_resource_version=preconditions.get("resourceVersion"),
-                dry_run=dry_run or options.get("dryRun") == ["All"],
-            )
+            deleted = store.delete(resource, route.namespace, route.name)
             self._send_json(
                 200,
                 {
@@ -383,22 +339,6 @@ class _Handler(BaseHTTPRequestHandler):
             )
         else:
             raise errors.method_not_allowed()
-
-    def _table(
-        self,
-        objects: Sequence[StoredObject],
-        route: _ResourcePath,
-        query: dict[str, str],
-        list_metadata: dict[str, Any],
-    ) -> dict[str, Any]:
-        return tables.table(
-            route.resource,
-            objects,
-            version=route.version,
-            now=time.time(),
-            list_metadata=list_metadata,
-            include_object=query.get("includeObject", "Metadata"),
-        )
 
     def _list(self, route: _ResourcePath, query: dict[str, str]) -> None:
         store = self.server.api.store
@@ -431,9 +371,6 @@ class _Handler(BaseHTTPRequestHandler):
             metadata["continue"] = page.continue_token
         if page.remaining_item_count is not None:
             metadata["remainingItemCount"] = page.remaining_item_count
-        if tables.wants_table(self.headers.get("Accept", "")):
-            self._send_json(200, self._table(page.items, route, query, metadata))
-            return
         self._send_json(
             200,
             {
@@ -479,7 +416,7 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             since = None
         deadline = time.monotonic() + duration
-        convert = _line_converter(resource, route.version, self.headers.get("Accept", ""), query)
+        convert = _line_converter(resource, route.version)
 
         try:
             subscription = api.store.subscribe(resource, object_filter, since)
@@ -594,15 +531,11 @@ def _event_selector(
     ]
 
 
-def _line_converter(
-    resource: ResourceType, version: str, accept: str, query: dict[str, str]
-) -> Callable[[bytes], bytes] | None:
-    """Re-encode stored event lines for another version or as kubectl Tables; None = as is."""
-    as_table = tables.wants_table(accept)
-    if version == resource.storage_version and not as_table:
+def _line_converter(resource: ResourceType, version: str) -> Callable[[bytes], bytes] | None:
+    """Re-encode stored event lines for a version other than storage's; None = as is."""
+    if version == resource.storage_version:
         return None
     api_version = resource.api_version(version)
-    include_object = query.get("includeObject", "Metadata")
 
     def convert(line: bytes) -> bytes:
         try:
@@ -613,15 +546,6 @@ def _line_converter(
         if not isinstance(obj, dict) or obj.get("kind") != resource.kind:
             return line
         obj["apiVersion"] = api_version
-        if as_table and event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-            event["object"] = tables.table(
-                resource,
-                [obj],
-                version=version,
-                now=time.time(),
-                list_metadata={"resourceVersion": obj["metadata"].get("resourceVersion", "")},
-                include_object=include_object,
-            )
         return orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE)
 
     return convert
@@ -670,16 +594,6 @@ def _decode_body(resource: ResourceType, version: str, body: bytes) -> Any:
         raise errors.bad_request(
             f'{kind} in version "{version}" cannot be handled as a {kind}: {error}'
         ) from None
-
-
-def _decode_delete_options(body: bytes) -> dict[str, Any]:
-    if not body.strip():
-        return {}
-    try:
-        options = orjson.loads(body)
-    except orjson.JSONDecodeError as error:
-        raise errors.bad_request(f"error decoding DeleteOptions: {error}") from None
-    return options if isinstance(options, dict) else {}
 
 
 def kubeconfig_document(
@@ -742,15 +656,12 @@ class FakeApiServer:
         port: int = 0,
         *,
         token: str | None = None,
-        scenario: str | Scenario | None = None,
+        scenario: str | None = None,
         scenario_speed: float = 1.0,
-        scenario_seed: int | None = None,
         candidate_versions: Sequence[str] = ("v1beta1",),
         bookmark_interval: float = DEFAULT_BOOKMARK_INTERVAL,
         event_window: int = DEFAULT_EVENT_WINDOW,
-        default_watch_timeout: float = DEFAULT_WATCH_TIMEOUT,
         watch_list: bool = False,
-        kubernetes_version: str | None = None,
         store: ObjectStore | None = None,
     ) -> None:
         unknown = set(candidate_versions) - set(LEASE_CANDIDATES.versions)
@@ -760,23 +671,19 @@ class FakeApiServer:
         self.requested_port = port
         self.token = token or None
         self.bookmark_interval = bookmark_interval
-        self.default_watch_timeout = default_watch_timeout
+        self.default_watch_timeout = DEFAULT_WATCH_TIMEOUT
         self.watch_list = watch_list
         self.candidate_versions = tuple(
             version for version in LEASE_CANDIDATES.versions if version in candidate_versions
         )
-        self.kubernetes_version = kubernetes_version or (
-            "v1.33.4" if self.candidate_versions else "v1.24.17"
-        )
+        # LeaseCandidates arrived in 1.33; without them the fake is the fixtures' 1.24.
+        self.kubernetes_version = "v1.33.4" if self.candidate_versions else "v1.24.17"
         self.store = store or ObjectStore(event_window=event_window)
         self.scenario_runner: ScenarioRunner | None = None
         if scenario is not None:
-            chosen = (
-                make_scenario(scenario, seed=scenario_seed)
-                if isinstance(scenario, str)
-                else scenario
+            self.scenario_runner = ScenarioRunner(
+                self.store, make_scenario(scenario), speed=scenario_speed
             )
-            self.scenario_runner = ScenarioRunner(self.store, chosen, speed=scenario_speed)
         self._served: dict[str, list[ResourceType]] = {"v1": [LEASES]}
         for version in self.candidate_versions:
             self._served[version] = [LEASE_CANDIDATES]
@@ -976,9 +883,6 @@ class FakeApiServer:
         if len(parts) < 4 or parts[0] != "apis" or parts[1] != GROUP:
             return None
         version, rest = parts[2], parts[3:]
-        legacy_watch = rest[0] == "watch"
-        if legacy_watch:
-            rest = rest[1:]
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
@@ -990,7 +894,7 @@ class FakeApiServer:
             return None
         for resource in self._served.get(version, []):
             if resource.plural == plural:
-                return _ResourcePath(resource, version, namespace, name, legacy_watch)
+                return _ResourcePath(resource, version, namespace, name)
         return None
 
     def _discovery(self, path: str, host_header: str) -> dict[str, Any] | None:
@@ -1060,7 +964,7 @@ def _verb(method: str, route: _ResourcePath, query: dict[str, str]) -> str:
     if method == "GET":
         if route.name is not None:
             return "get"
-        return "watch" if route.legacy_watch or _is_true(query.get("watch")) else "list"
+        return "watch" if _is_true(query.get("watch")) else "list"
     if method == "DELETE":
         return "delete" if route.name is not None else "deletecollection"
     return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())

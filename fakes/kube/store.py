@@ -14,7 +14,6 @@ import binascii
 import bisect
 import contextlib
 import gc
-import secrets
 import threading
 import time
 import uuid
@@ -54,7 +53,6 @@ DEFAULT_EVENT_WINDOW = 20_000
 SLOW_WATCHER_PATIENCE_SECONDS = 10.0
 _BULK_BATCH = 1000
 _EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
-_GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _TOO_OLD_CONTINUE = (
     "The provided continue parameter is too old to display a consistent list result. You can "
     "start a new list without the continue parameter, or use the continue token in this "
@@ -283,11 +281,6 @@ class ObjectStore:
         with self._lock:
             return len(self._watch_positions)
 
-    @property
-    def retained_event_count(self) -> int:
-        with self._lock:
-            return len(self._events)
-
     def count(self, resource: ResourceType = LEASES, namespace: str | None = None) -> int:
         with self._lock:
             objects = self._objects[resource.plural]
@@ -365,7 +358,6 @@ class ObjectStore:
         spec: dict[str, Any],
         *,
         created_at: float | None = None,
-        dry_run: bool = False,
     ) -> StoredObject:
         key = (namespace, name)
         if key in self._objects[resource.plural]:
@@ -380,8 +372,7 @@ class ObjectStore:
             client_metadata=client_metadata,
         )
         obj = {"metadata": metadata, "spec": spec}
-        if not dry_run:
-            self._commit_locked(resource, key, obj, resource_version, "ADDED")
+        self._commit_locked(resource, key, obj, resource_version, "ADDED")
         return obj
 
     def _replace_object_locked(
@@ -390,8 +381,6 @@ class ObjectStore:
         old: StoredObject,
         client_metadata: Mapping[str, Any],
         spec: dict[str, Any],
-        *,
-        dry_run: bool = False,
     ) -> StoredObject:
         old_metadata = old["metadata"]
         unchanged = spec == old["spec"] and all(
@@ -410,22 +399,17 @@ class ObjectStore:
             client_metadata=client_metadata,
         )
         obj = {"metadata": metadata, "spec": spec}
-        if not dry_run:
-            key = (old_metadata["namespace"], old_metadata["name"])
-            self._commit_locked(resource, key, obj, resource_version, "MODIFIED")
+        key = (old_metadata["namespace"], old_metadata["name"])
+        self._commit_locked(resource, key, obj, resource_version, "MODIFIED")
         return obj
 
-    def _delete_object_locked(
-        self, resource: ResourceType, old: StoredObject, *, dry_run: bool = False
-    ) -> StoredObject:
+    def _delete_object_locked(self, resource: ResourceType, old: StoredObject) -> StoredObject:
         resource_version = self._resource_version + 1
         # The DELETED event carries the deletion's own resourceVersion (watch_stream.jsonl).
         final = {
             "metadata": {**old["metadata"], "resourceVersion": str(resource_version)},
             "spec": old["spec"],
         }
-        if dry_run:
-            return old
         key = (old["metadata"]["namespace"], old["metadata"]["name"])
         self._commit_locked(resource, key, final, resource_version, "DELETED")
         return final
@@ -503,7 +487,6 @@ class ObjectStore:
         body: Mapping[str, Any],
         *,
         version: str,
-        dry_run: bool = False,
     ) -> StoredObject:
         metadata = _request_metadata(resource, body, version)
         if metadata.get("namespace") not in (None, "", namespace):
@@ -514,12 +497,9 @@ class ObjectStore:
         client_metadata = clean_client_metadata(resource, metadata, version)
         spec = clean_spec(resource, body.get("spec"), version)
         name = metadata.get("name") or ""
-        generate_name = metadata.get("generateName") or ""
-        if not isinstance(name, str) or not isinstance(generate_name, str):
-            raise errors.bad_request("metadata.name and metadata.generateName must be strings")
+        if not isinstance(name, str):
+            raise errors.bad_request("metadata.name must be a string")
         with self._lock:
-            if not name and generate_name:
-                name = self._generate_name_locked(resource, namespace, generate_name)
             problems = [
                 *validate_name(name),
                 *validate_namespace(namespace),
@@ -527,17 +507,7 @@ class ObjectStore:
             ]
             if problems:
                 raise errors.invalid(resource.kind, name, problems)
-            return self._new_object_locked(
-                resource, namespace, name, client_metadata, spec, dry_run=dry_run
-            )
-
-    def _generate_name_locked(self, resource: ResourceType, namespace: str, prefix: str) -> str:
-        objects = self._objects[resource.plural]
-        while True:
-            suffix = "".join(secrets.choice(_GENERATE_NAME_ALPHABET) for _ in range(5))
-            name = prefix[:58] + suffix
-            if (namespace, name) not in objects:
-                return name
+            return self._new_object_locked(resource, namespace, name, client_metadata, spec)
 
     def update(
         self,
@@ -547,109 +517,30 @@ class ObjectStore:
         body: Mapping[str, Any],
         *,
         version: str,
-        dry_run: bool = False,
     ) -> StoredObject:
         """PUT semantics; `metadata.resourceVersion` in the body is an optimistic lock."""
         request = _UpdateRequest.from_body(resource, namespace, name, body, version)
         with self._lock:
-            return self._update_locked(resource, namespace, name, request, dry_run=dry_run)
-
-    def patch(
-        self,
-        resource: ResourceType,
-        namespace: str,
-        name: str,
-        apply_patch: Callable[[dict[str, Any]], Any],
-        *,
-        version: str,
-        dry_run: bool = False,
-    ) -> StoredObject:
-        """Apply `apply_patch` to the current object (with kind/apiVersion) and store it.
-
-        Read, patch and write happen under one lock acquisition, so a patch never loses a
-        concurrent write; a resourceVersion the patch itself changes is still checked.
-        """
-        with self._lock:
-            current = self._get_locked(resource, namespace, name)
-            patched = apply_patch(_deep_copy(with_kind(resource, current, version)))
-            request = _UpdateRequest.from_body(resource, namespace, name, patched, version)
-            return self._update_locked(resource, namespace, name, request, dry_run=dry_run)
-
-    def _update_locked(
-        self,
-        resource: ResourceType,
-        namespace: str,
-        name: str,
-        request: _UpdateRequest,
-        *,
-        dry_run: bool,
-    ) -> StoredObject:
-        # Leases do not allow create-on-update: a PUT to a missing name is a 404.
-        old = self._get_locked(resource, namespace, name)
-        old_metadata = old["metadata"]
-        if request.uid and request.uid != old_metadata["uid"]:
-            raise errors.conflict(
-                resource.plural,
-                name,
-                f"Precondition failed: UID in precondition: {request.uid}, "
-                f"UID in object meta: {old_metadata['uid']}",
-            )
-        if request.resource_version and request.resource_version != old_metadata["resourceVersion"]:
-            raise errors.conflict(resource.plural, name)
-        problems = validate_spec(resource, request.spec, old["spec"])
-        if problems:
-            raise errors.invalid(resource.kind, name, problems)
-        return self._replace_object_locked(
-            resource, old, request.client_metadata, request.spec, dry_run=dry_run
-        )
-
-    def delete(
-        self,
-        resource: ResourceType,
-        namespace: str,
-        name: str,
-        *,
-        precondition_uid: str | None = None,
-        precondition_resource_version: str | None = None,
-        dry_run: bool = False,
-    ) -> StoredObject:
-        with self._lock:
+            # Leases do not allow create-on-update: a PUT to a missing name is a 404.
             old = self._get_locked(resource, namespace, name)
             old_metadata = old["metadata"]
-            if precondition_uid and precondition_uid != old_metadata["uid"]:
+            if request.uid and request.uid != old_metadata["uid"]:
                 raise errors.conflict(
                     resource.plural,
                     name,
-                    f"Precondition failed: UID in precondition: {precondition_uid}, "
+                    f"Precondition failed: UID in precondition: {request.uid}, "
                     f"UID in object meta: {old_metadata['uid']}",
                 )
-            if (
-                precondition_resource_version
-                and precondition_resource_version != old_metadata["resourceVersion"]
-            ):
-                raise errors.conflict(
-                    resource.plural,
-                    name,
-                    f"Precondition failed: ResourceVersion in precondition: "
-                    f"{precondition_resource_version}, ResourceVersion in meta: "
-                    f"{old_metadata['resourceVersion']}",
-                )
-            return self._delete_object_locked(resource, old, dry_run=dry_run)
+            if request.resource_version not in (None, old_metadata["resourceVersion"]):
+                raise errors.conflict(resource.plural, name)
+            problems = validate_spec(resource, request.spec, old["spec"])
+            if problems:
+                raise errors.invalid(resource.kind, name, problems)
+            return self._replace_object_locked(resource, old, request.client_metadata, request.spec)
 
-    def delete_collection(
-        self, resource: ResourceType, object_filter: ObjectFilter, *, dry_run: bool = False
-    ) -> list[StoredObject]:
+    def delete(self, resource: ResourceType, namespace: str, name: str) -> StoredObject:
         with self._lock:
-            keys, low, high = self._key_range_locked(resource, object_filter.namespace)
-            objects = self._objects[resource.plural]
-            doomed = [
-                objects[key]
-                for key in keys[low:high]
-                if object_filter.matches(
-                    key[0], key[1], objects[key]["metadata"].get("labels") or _EMPTY_LABELS
-                )
-            ]
-            return [self._delete_object_locked(resource, obj, dry_run=dry_run) for obj in doomed]
+            return self._delete_object_locked(resource, self._get_locked(resource, namespace, name))
 
     def subscribe(
         self, resource: ResourceType, object_filter: ObjectFilter, since: int | None
@@ -820,9 +711,6 @@ class ObjectStore:
     def delete_lease(self, namespace: str, name: str) -> bool:
         """Delete (DELETED event); False when there was nothing to delete."""
         return self._delete_if_present(LEASES, namespace, name)
-
-    def delete_candidate(self, namespace: str, name: str) -> bool:
-        return self._delete_if_present(LEASE_CANDIDATES, namespace, name)
 
     def _renew_locked(self, key: ObjectKey, renew_time: str, *, notify: bool) -> bool:
         old = self._objects[LEASES.plural].get(key)
@@ -1056,7 +944,7 @@ class ObjectStore:
 
 @dataclass(frozen=True, slots=True)
 class _UpdateRequest:
-    """A PUT (or patched) body, decoded and type-checked before taking the store lock."""
+    """A PUT body, decoded and type-checked before taking the store lock."""
 
     client_metadata: dict[str, Any]
     spec: dict[str, Any]

@@ -212,7 +212,7 @@ def test_paged_list_with_a_label_selector_omits_remaining_item_count(
     assert page.metadata.remaining_item_count is None
 
 
-# --- get, create, update, patch, delete ---------------------------------------------------
+# --- get, create, update, delete ---------------------------------------------------------
 
 
 def test_create_get_update_round_trip_keeps_microsecond_times(
@@ -303,25 +303,6 @@ def test_delete_answers_success_status_and_watchers_see_deleted(
     assert fake_apiserver.store.get_lease("default", "t1") is None
 
 
-def test_merge_and_json_patches_change_the_lease(
-    coordination_api: client.CoordinationV1Api,
-) -> None:
-    coordination_api.create_namespaced_lease("default", lease_body("patched"))
-
-    merged = coordination_api.patch_namespaced_lease(
-        "patched", "default", {"metadata": {"labels": {"team": "sre"}}}
-    )
-    replaced = coordination_api.patch_namespaced_lease(
-        "patched",
-        "default",
-        [{"op": "replace", "path": "/spec/holderIdentity", "value": "holder-z"}],
-    )
-
-    assert merged.metadata.labels == {"team": "sre"}
-    assert replaced.spec.holder_identity == "holder-z"
-    assert replaced.metadata.labels == {"team": "sre"}
-
-
 def test_invalid_lease_spec_answers_422_with_field_causes(
     coordination_api: client.CoordinationV1Api,
 ) -> None:
@@ -345,22 +326,6 @@ def test_invalid_lease_spec_answers_422_with_field_causes(
             "field": "spec.leaseDurationSeconds",
         }
     ]
-
-
-def test_kubectl_table_request_gets_holder_column(fake_apiserver: FakeApiServer) -> None:
-    fake_apiserver.store.apply_lease("kube-system", "kube-scheduler", spec("master-1_abc"))
-
-    response = RawResponse(
-        fake_apiserver,
-        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
-        Accept="application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
-    )
-    table = response.json()
-
-    assert table["kind"] == "Table"
-    assert [column["name"] for column in table["columnDefinitions"]] == ["Name", "Holder", "Age"]
-    assert table["rows"][0]["cells"][:2] == ["kube-scheduler", "master-1_abc"]
-    assert table["rows"][0]["object"]["metadata"]["namespace"] == "kube-system"
 
 
 # --- watch --------------------------------------------------------------------------------

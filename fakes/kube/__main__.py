@@ -1,3 +1,0 @@
-from fakes.kube.cli import main
-
-main()
