@@ -95,7 +95,8 @@ def main() -> None:
         from django.core.management import call_command
         from django.db import connections
 
-        from nks.poller import forget_clients, poll_account
+        from nks.accounts import forget_clients
+        from nks.poller import poll_account
         from nks.services import register_nks_account
 
         call_command("migrate", verbosity=0)

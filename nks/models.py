@@ -25,6 +25,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from dashboard.encryption import EncryptedTextField
+from nks.enums import EventState, Freshness
 
 
 def stale_after() -> timedelta:
@@ -32,13 +33,8 @@ def stale_after() -> timedelta:
     return timedelta(seconds=max(90, 3 * settings.NKS_POLL_SECONDS))
 
 
-class Freshness(models.TextChoices):
-    """NKS's ``health_status``, classified. Anything but FRESH means "do not trust the rest"."""
-
-    FRESH = "FRESH", "fresh"
-    STALE = "STALE", "stale"
-    ROTTEN = "ROTTEN", "rotten"
-    UNKNOWN = "UNKNOWN", "unknown"
+# Freshness (NKS's health_status) and EventState are NKS's own values, classified by the
+# client: defined once in nks.enums, which knows no Django, and stored here by their choices.
 
 
 class Health(models.TextChoices):
@@ -312,13 +308,6 @@ class HealthSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id} {self.health} at {self.taken_at:%Y-%m-%d %H:%M:%S}"
-
-
-class EventState(models.TextChoices):
-    SUCCESS = "SUCCESS", "success"
-    FAIL = "FAIL", "failed"
-    IN_PROGRESS = "IN_PROGRESS", "in progress"
-    UNKNOWN = "UNKNOWN", "unknown"
 
 
 class NksEvent(models.Model):

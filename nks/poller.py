@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 import uuid as uuid_module
 from collections.abc import Iterable, Sequence
@@ -32,12 +31,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from dashboard.encryption import secret_problem
 from leases.locks import ExpiringLock
 from nks import client as nks
+from nks.accounts import client_for
+from nks.enums import Freshness
 from nks.models import (
-    EventState,
-    Freshness,
     Health,
     HealthSample,
     NksAccount,
@@ -123,76 +121,12 @@ EVENT_UPDATE_FIELDS = (
 )
 
 
-# --- Clients -----------------------------------------------------------------------------------
-
-_clients: dict[int, tuple[tuple[Any, ...], nks.NksClient]] = {}
-_clients_lock = threading.Lock()
-
-
-def client_for(account: NksAccount) -> nks.NksClient:
-    """The account's client, kept per process so its token and connections are reused.
-
-    Rebuilt when the account's URL or credentials (or the HTTP settings) change. A secret
-    that cannot be decrypted is an account error, never an attempt with an empty password.
-    """
-    problem = secret_problem(account.password) or secret_problem(account.token)
-    if problem is not None:
-        raise nks.NksError(
-            f"The account's stored credentials cannot be read: {problem}",
-            retryable=False,
-            status=None,
-            kind=nks.ErrorKind.CLIENT,
-        )
-    fingerprint = (
-        *account.credentials_fingerprint(),
-        settings.NKS_HTTP_TIMEOUT,
-        settings.NKS_HTTP_RETRIES,
-        settings.NKS_HTTP_BACKOFF,
-        settings.NKS_POLL_WORKERS,
-    )
-    with _clients_lock:
-        cached = _clients.get(account.pk)
-        if cached is not None and cached[0] == fingerprint:
-            return cached[1]
-        if account.token:
-            credentials: dict[str, Any] = {"token": account.token}
-        else:
-            credentials = {
-                "identity_url": account.identity_url,
-                "tenant_id": account.tenant_id,
-                "username": account.username,
-                "password": account.password,
-            }
-        timeout = float(settings.NKS_HTTP_TIMEOUT)
-        client = nks.NksClient(
-            account.api_url,
-            **credentials,
-            timeout=nks.Timeouts(connect=min(5.0, timeout), read=timeout, write=timeout),
-            retries=settings.NKS_HTTP_RETRIES,
-            backoff=settings.NKS_HTTP_BACKOFF,
-            max_backoff=max(settings.NKS_HTTP_BACKOFF, 8.0 if settings.NKS_HTTP_BACKOFF else 0),
-            max_connections=settings.NKS_POLL_WORKERS,
-        )
-        if cached is not None:
-            cached[1].close()
-        _clients[account.pk] = (fingerprint, client)
-        return client
-
-
-def forget_clients() -> None:
-    """Close every cached client (tests; a worker that shuts down)."""
-    with _clients_lock:
-        for _, client in _clients.values():
-            client.close()
-        _clients.clear()
-
-
 # --- Health ------------------------------------------------------------------------------------
 
 
 def classify_health(report: nks.HealthReport) -> Health:
     """The verdict on a health report; UNKNOWN whenever it cannot be trusted."""
-    if report.freshness is not nks.Freshness.FRESH:
+    if report.freshness is not Freshness.FRESH:
         return Health.UNKNOWN
     if report.api_ok is False or (report.node_status or "").upper() == "ALL_NODES_NOT_READY":
         return Health.DOWN
@@ -356,7 +290,7 @@ def _cluster_row(
         status=_text(cluster.status, 64),
         status_reason=_text(cluster.status_reason),
         health_status=_text(report.health_status, 64),
-        freshness=Freshness(report.freshness.value),
+        freshness=report.freshness,
         health=health.health,
         health_timestamp=report.timestamp,
         api=_text(report.api, 32),
@@ -527,7 +461,7 @@ def upsert_events(
                 resource_type=_text(event.resource_type, 32),
                 type=_text(event.type, 64),
                 raw_state=_text(event.raw_state, 32),
-                state=EventState(event.state.value),
+                state=event.state,
                 contents=_text(event.contents),
                 nks_created_at=event.created_at,
                 nks_updated_at=event.updated_at,
@@ -610,7 +544,7 @@ def store_snapshot(
                 taken_at=now,
                 health=health.health,
                 health_status=_text(report.health_status, 64),
-                freshness=Freshness(report.freshness.value),
+                freshness=report.freshness,
                 health_timestamp=report.timestamp,
                 api_status=_text(report.api_status, 64),
                 node_status=_text(report.node_status, 64),

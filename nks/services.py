@@ -26,6 +26,7 @@ from django.utils.text import slugify
 from leases.models import KubeCluster
 from leases.services import ClusterConfigError, register_kube_cluster
 from nks import client as nks
+from nks.accounts import client_for
 from nks.models import (
     IN_FLIGHT_STATES,
     EventState,
@@ -37,7 +38,7 @@ from nks.models import (
     ResizeRequest,
     ResizeState,
 )
-from nks.poller import client_for, upsert_events, upsert_nodegroups
+from nks.poller import upsert_events, upsert_nodegroups
 
 logger = logging.getLogger(__name__)
 

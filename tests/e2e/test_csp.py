@@ -17,8 +17,9 @@ import pytest
 from playwright.sync_api import expect
 
 from fakes.nks import FakeNks
+from nks.accounts import forget_clients
 from nks.models import NksCluster
-from nks.poller import forget_clients, poll_account
+from nks.poller import poll_account
 from nks.services import register_nks_account
 from tests.alerts.factories import make_incident
 from tests.leases.factories import make_cluster, make_lease

@@ -19,8 +19,9 @@ from django.contrib.auth import get_user_model
 
 from dashboard.oidc import forget_provider
 from fakes.nks import FakeNks
+from nks.accounts import forget_clients
 from nks.models import NksCluster, ResizeRequest
-from nks.poller import forget_clients, poll_account
+from nks.poller import poll_account
 from nks.services import register_nks_account
 from tests.oidc_provider.server import CLIENT_ID, CLIENT_SECRET, OidcProvider, running_provider
 

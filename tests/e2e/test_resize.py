@@ -17,8 +17,9 @@ from django.contrib.auth.models import Group
 from django.db import connections
 
 from fakes.nks import FakeNks
+from nks.accounts import forget_clients
 from nks.models import NksCluster, ResizeRequest, ResizeState
-from nks.poller import forget_clients, poll_account
+from nks.poller import poll_account
 from nks.services import register_nks_account
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

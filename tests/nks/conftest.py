@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from nks.client import NksClient, Timeouts
 from fakes.nks import FakeNks
+from nks.client import NksClient, Timeouts
 
 FAST_TIMEOUTS = Timeouts(connect=2.0, read=2.0, write=2.0, pool=2.0)
 
@@ -58,7 +58,7 @@ def nks_client(make_client: Callable[..., NksClient]) -> NksClient:
 @pytest.fixture
 def nks_settings(settings: Any) -> Iterator[Any]:
     """Fast HTTP settings for the poller and resize tasks; forgets cached clients afterwards."""
-    from nks.poller import forget_clients
+    from nks.accounts import forget_clients
 
     # Locks of parallel test runs must not meet in a shared Redis.
     settings.CACHES = {

@@ -5,8 +5,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dashboard.env import BadEnvironment, env_optional
+from nks.accounts import client_for
 from nks.client import NksError
-from nks.poller import client_for
 from nks.services import AccountConfigError, register_nks_account
 
 
