@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from alerts.models import Incident, Rule, Severity
-from leases.selectors import format_duration, iso_utc
+from dashboard.timefmt import format_duration, iso_utc
 
 # Names of up to this many nodes are kept on an incident; the count is always exact.
 MAX_ITEMS = 1000

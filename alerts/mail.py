@@ -11,7 +11,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from email.utils import parseaddr
 from typing import Any
 
@@ -19,7 +19,6 @@ from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from alerts.models import (
@@ -29,7 +28,7 @@ from alerts.models import (
     NotificationKind,
     severity_rank,
 )
-from leases.selectors import format_duration, iso_utc
+from dashboard.timefmt import format_duration, iso_utc, mail_moment_text
 
 SUBJECT_LIMIT = 200
 VALUE_LIMIT = 300
@@ -74,24 +73,14 @@ def absolute(path: str) -> str:
     return f"{settings.DASHBOARD_URL}{path}"
 
 
-def moment_text(moment: datetime | None) -> str:
-    """UTC, plus the local time when TIME_ZONE is not UTC."""
-    if moment is None:
-        return "never"
-    text = f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-    if settings.TIME_ZONE != "UTC":
-        local = timezone.localtime(moment)
-        text += f" ({local:%Y-%m-%d %H:%M:%S} {local.tzname()})"
-    return text
-
-
 def _fact_text(item: dict[str, Any], now: datetime) -> str:
     at = item.get("at")
     if at:
         moment = parse_datetime(str(at))
         if moment is not None:
             ago = format_duration((now - moment).total_seconds())
-            return f"{moment_text(moment)}, {ago} ago" if moment <= now else moment_text(moment)
+            text = mail_moment_text(moment)
+            return f"{text}, {ago} ago" if moment <= now else text
     return visible(item.get("text", ""))
 
 
@@ -110,9 +99,9 @@ def incident_context(incident: Incident, now: datetime) -> dict[str, Any]:
         "severity": incident.severity,
         "severity_upper": incident.severity.upper(),
         "rule": incident.get_rule_display(),
-        "since": moment_text(incident.since),
-        "opened": moment_text(incident.opened_at),
-        "resolved": moment_text(incident.resolved_at),
+        "since": mail_moment_text(incident.since),
+        "opened": mail_moment_text(incident.opened_at),
+        "resolved": mail_moment_text(incident.resolved_at),
         "so_far": format_duration(incident.duration(now).total_seconds()),
         "lasted": format_duration(incident.duration(now).total_seconds()),
         "resolution": visible(incident.resolution, 500),
@@ -170,7 +159,7 @@ def render_notification(kind: str, incidents: Sequence[Incident], now: datetime)
         "alerts_url": absolute(reverse("alerts:index")),
         "subscription_url": absolute(reverse("alerts:subscription")),
         "remind_hours": settings.ALERT_REMIND_HOURS,
-        "generated": moment_text(now),
+        "generated": mail_moment_text(now),
     }
     return RenderedMail(
         subject=subject_for(kind, ordered, now),

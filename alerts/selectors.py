@@ -29,7 +29,7 @@ from alerts.models import (
     severity_rank,
 )
 from alerts.rules import RULE_SPECS
-from leases.selectors import When, format_duration, iso_js, iso_utc, when
+from dashboard.timefmt import When, api_time, format_duration, iso_js, when
 
 RESOLVED_LIMIT = 50
 RESOLVED_FILTERED_LIMIT = 200
@@ -412,10 +412,6 @@ def incident_detail(incident_id: int, now: datetime) -> IncidentDetail | None:
 # --- API -------------------------------------------------------------------------------------
 
 
-def _api_time(moment: datetime | None) -> str | None:
-    return iso_utc(moment) if moment is not None else None
-
-
 def api_incidents(state: str, limit: int, now: datetime) -> list[dict[str, Any]]:
     incidents = Incident.objects.select_related("acknowledged_by").prefetch_related(
         Prefetch("notifications", queryset=Notification.objects.order_by("created_at", "id"))
@@ -438,17 +434,17 @@ def api_incidents(state: str, limit: int, now: datetime) -> list[dict[str, Any]]
             "cluster": incident.cluster,
             "title": incident.title,
             "details": incident.details,
-            "since": _api_time(incident.since),
-            "opened_at": _api_time(incident.opened_at),
-            "last_seen_at": _api_time(incident.last_seen_at),
-            "resolved_at": _api_time(incident.resolved_at),
+            "since": api_time(incident.since),
+            "opened_at": api_time(incident.opened_at),
+            "last_seen_at": api_time(incident.last_seen_at),
+            "resolved_at": api_time(incident.resolved_at),
             "duration_seconds": round(incident.duration(now).total_seconds(), 3),
             "resolution": incident.resolution,
             "acknowledged_by": incident.acknowledged_by.get_username()
             if incident.acknowledged_by
             else None,
-            "acknowledged_at": _api_time(incident.acknowledged_at),
-            "silenced_until": _api_time(silences[incident.key].ends_at)
+            "acknowledged_at": api_time(incident.acknowledged_at),
+            "silenced_until": api_time(silences[incident.key].ends_at)
             if incident.key in silences
             else None,
             "url": f"{settings.DASHBOARD_URL}{incident.get_absolute_url()}",
@@ -459,9 +455,9 @@ def api_incidents(state: str, limit: int, now: datetime) -> list[dict[str, Any]]
                     "recipients": notification.recipients,
                     "state": notification.state,
                     "attempts": notification.attempts,
-                    "created_at": _api_time(notification.created_at),
-                    "sent_at": _api_time(notification.sent_at),
-                    "next_attempt_at": _api_time(notification.next_attempt_at)
+                    "created_at": api_time(notification.created_at),
+                    "sent_at": api_time(notification.sent_at),
+                    "next_attempt_at": api_time(notification.next_attempt_at)
                     if notification.state == DeliveryState.PENDING
                     else None,
                     "last_error": notification.last_error,

@@ -39,7 +39,7 @@ from django.utils import timezone
 
 from alerts.conditions import Condition, RuleConfig, RuleContext, RuleOutcome
 from alerts.lease_rules import stale_kube_cluster_names
-from alerts.mail import build_message, moment_text, render_notification
+from alerts.mail import build_message, render_notification
 from alerts.models import (
     AlertSubscription,
     DeliveryState,
@@ -58,8 +58,8 @@ from alerts.models import (
     split_addresses,
 )
 from alerts.rules import RULE_SPECS, load_rule_configs
-from leases.locks import ExpiringLock
-from leases.selectors import format_duration, iso_utc
+from dashboard.locks import ExpiringLock
+from dashboard.timefmt import format_duration, iso_utc, mail_moment_text
 
 logger = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ def open_incident(
 
 
 def _opened_text(incident: Incident) -> str:
-    return f"opened: {incident.full_title}; condition since {moment_text(incident.since)}"
+    return f"opened: {incident.full_title}; condition since {mail_moment_text(incident.since)}"
 
 
 def _items_change(old: dict[str, object], new: dict[str, object]) -> str:
@@ -405,7 +405,7 @@ def _hold_for(
         who = silence.created_by.get_username() if silence.created_by else "someone"
         return (
             Hold.SILENCED,
-            f"mail held back: silenced by {who} until {moment_text(silence.ends_at)}",
+            f"mail held back: silenced by {who} until {mail_moment_text(silence.ends_at)}",
         )
     inhibitor = inhibitors.get(incident.cluster)
     if incident.rule in INHIBITED_BY_API_DOWN and inhibitor is not None:
@@ -819,7 +819,7 @@ def silence_incident(
         created_at=now,
     )
     text = f"silenced by {user.get_username()} for {format_duration(duration.total_seconds())}"
-    text += f" (until {moment_text(silence.ends_at)})"
+    text += f" (until {mail_moment_text(silence.ends_at)})"
     if silence.reason:
         text += f": {silence.reason}"
     _event(incident, IncidentEvent.Kind.SILENCED, text, now, user).save()

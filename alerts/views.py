@@ -22,7 +22,6 @@ from alerts.selectors import (
     subscription_of,
 )
 from dashboard.htmx import render_page
-from leases.views import REFRESH_SECONDS
 
 
 def incident_list(request: HttpRequest) -> HttpResponse:
@@ -36,7 +35,6 @@ def incident_list(request: HttpRequest) -> HttpResponse:
             "form": form,
             "filters": filters,
             "tables": incident_tables(filters, timezone.now()),
-            "refresh_seconds": REFRESH_SECONDS,
         },
     )
 
@@ -48,7 +46,7 @@ def incident_page(request: HttpRequest, incident_id: int) -> HttpResponse:
     return render_page(
         request,
         "alerts/incident_detail.html",
-        {"detail": detail, "silence_form": SilenceForm(), "refresh_seconds": REFRESH_SECONDS},
+        {"detail": detail, "silence_form": SilenceForm()},
     )
 
 

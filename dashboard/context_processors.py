@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest
 
 NAVIGATION = (
@@ -10,6 +11,11 @@ NAVIGATION = (
     ("nks", "Clusters", "nks:index"),
     ("alerts", "Alerts", "alerts:index"),
 )
+
+
+def page_refresh(request: HttpRequest) -> dict[str, Any]:
+    """Seconds between htmx refreshes of live regions: one pace for every page."""
+    return {"refresh_seconds": settings.PAGE_REFRESH_SECONDS}
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:

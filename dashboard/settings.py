@@ -182,6 +182,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "dashboard.context_processors.navigation",
+                "dashboard.context_processors.page_refresh",
                 "alerts.context_processors.alerts_badge",
             ],
         },
@@ -277,6 +278,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # --- Pages ----------------------------------------------------------------------------------
+# Seconds between htmx refreshes of every page's live regions (templates read it as
+# `refresh_seconds`, from dashboard.context_processors.page_refresh). Ages and countdowns tick
+# in the browser in between, so a slower pace only delays news, never freezes the page.
+PAGE_REFRESH_SECONDS = env_int("PAGE_REFRESH_SECONDS", 5, minimum=1, maximum=300)
 # The Leases table region is rendered at most once per URL in this many seconds and shared by
 # everyone polling it (0: render every request). Ages and countdowns tick in the browser.
 LEASE_TABLE_CACHE_SECONDS = env_int("LEASE_TABLE_CACHE_SECONDS", 1, minimum=0, maximum=60)

@@ -15,7 +15,6 @@ from dashboard.api import api_view, json_response
 from dashboard.htmx import render_page
 from dashboard.services import can_change_clusters, worker_status
 from leases.selectors import leases_overview
-from leases.views import REFRESH_SECONDS
 from nks.selectors import nks_overview
 
 
@@ -31,7 +30,6 @@ def overview(request: HttpRequest) -> HttpResponse:
             # Lazy: a refresh of the workers region alone must not run the lease queries.
             "leases": SimpleLazyObject(lambda: leases_overview(now)),
             "nks": SimpleLazyObject(lambda: nks_overview(now)),
-            "refresh_seconds": REFRESH_SECONDS,
         },
     )
 

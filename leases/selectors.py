@@ -27,8 +27,9 @@ from django.db import connection
 from django.db.models import Count, F, OrderBy, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.urls import reverse
-from django.utils import timezone
 
+from dashboard.timefmt import When, api_time, format_duration, iso_js, relative_text, when
+from dashboard.timefmt import expiry_text as timefmt_expiry_text
 from leases.models import (
     KubeCluster,
     Lease,
@@ -78,76 +79,13 @@ STATE_PILLS = {
 # --- Times -----------------------------------------------------------------------------------
 
 
-def format_duration(seconds: float) -> str:
-    """A coarse, glanceable length of time; static/js/dashboard.js formats the same way."""
-    whole = int(abs(seconds))
-    if whole < 120:
-        return f"{whole} s"
-    if whole < 7200:
-        return f"{whole // 60} min"
-    if whole < 172_800:
-        return f"{whole // 3600} h"
-    return f"{whole // 86_400} d"
-
-
-def iso_utc(moment: datetime) -> str:
-    """Exact UTC time, microseconds included when the API server sent them (MicroTime)."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def iso_js(moment: datetime) -> str:
-    # Milliseconds: every browser's Date.parse accepts them, not all accept microseconds.
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _local_text(moment: datetime) -> str:
-    if settings.TIME_ZONE == "UTC":
-        return ""
-    local = timezone.localtime(moment)
-    fraction = f".{local.microsecond:06d}" if local.microsecond else ""
-    return f"{local:%Y-%m-%d %H:%M:%S}{fraction} {local.tzname()}"
-
-
-@dataclass(frozen=True, slots=True)
-class When:
-    """One moment, shown exactly (UTC and TIME_ZONE) and relative to the request's clock."""
-
-    iso: str
-    js: str
-    local: str
-    relative: str
-    seconds_ago: float
-
-
-def relative_text(seconds_ago: float) -> str:
-    # A time slightly in the future is a writer's clock running ahead of ours.
-    if seconds_ago >= 0:
-        return f"{format_duration(seconds_ago)} ago"
-    return f"in {format_duration(seconds_ago)}"
-
-
-def when(moment: datetime | None, now: datetime) -> When | None:
-    if moment is None:
-        return None
-    delta = (now - moment).total_seconds()
-    return When(
-        iso=iso_utc(moment),
-        js=iso_js(moment),
-        local=_local_text(moment),
-        relative=relative_text(delta),
-        seconds_ago=delta,
-    )
-
-
 # For rows read with .values(): the rule of Lease.state_at.
 state_of = lease_state
 
 
 def expiry_text(state: str, expires_at: datetime | None, now: datetime) -> str:
-    if expires_at is None or state == LeaseState.RELEASED:
-        return "—"
-    left = (expires_at - now).total_seconds()
-    return f"in {format_duration(left)}" if left > 0 else f"expired for {format_duration(left)}"
+    # A released lease has no holder left to expire.
+    return timefmt_expiry_text(None if state == LeaseState.RELEASED else expires_at, now)
 
 
 def shorten(text: str, limit: int) -> str:
@@ -1280,10 +1218,6 @@ API_FIELDS = (
 )
 
 
-def _api_time(moment: datetime | None) -> str | None:
-    return iso_utc(moment) if moment is not None else None
-
-
 def api_lease(row: Mapping[str, Any], cluster: str, now: datetime) -> dict[str, Any]:
     return {
         "cluster": cluster,
@@ -1291,10 +1225,10 @@ def api_lease(row: Mapping[str, Any], cluster: str, now: datetime) -> dict[str, 
         "name": row["name"],
         "class": row["lease_class"],
         "holder": row["holder"],
-        "acquire_time": _api_time(row["acquire_time"]),
-        "renew_time": _api_time(row["renew_time"]),
+        "acquire_time": api_time(row["acquire_time"]),
+        "renew_time": api_time(row["renew_time"]),
         "lease_duration_seconds": row["lease_duration_seconds"],
-        "expires_at": _api_time(row["expires_at"]),
+        "expires_at": api_time(row["expires_at"]),
         "state": state_of(row["holder"], row["expires_at"], now).value,
         "transitions": row["lease_transitions"],
         "deleted": row["deleted_at"] is not None,
@@ -1339,7 +1273,7 @@ def api_lease_detail(
         {
             "from_holder": change["from_holder"],
             "to_holder": change["to_holder"],
-            "observed_at": _api_time(change["observed_at"]),
+            "observed_at": api_time(change["observed_at"]),
             "lease_transitions": change["lease_transitions"],
             "missed": change["missed"],
         }
@@ -1351,8 +1285,8 @@ def api_lease_detail(
             "binary_version": candidate["binary_version"],
             "emulation_version": candidate["emulation_version"],
             "strategy": candidate["strategy"],
-            "renew_time": _api_time(candidate["renew_time"]),
-            "ping_time": _api_time(candidate["ping_time"]),
+            "renew_time": api_time(candidate["renew_time"]),
+            "ping_time": api_time(candidate["ping_time"]),
         }
         for candidate in LeaseCandidate.objects.filter(
             cluster_id=row["cluster_id"],

@@ -7,20 +7,17 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 
 from dashboard.htmx import render_page, shared_partial
+from dashboard.timefmt import format_duration
 from leases.forms import LeaseFilterForm
 from leases.models import LeaseClass, LeaseState
 from leases.selectors import (
     FLAP_THRESHOLD,
     FLAP_WINDOW,
     cluster_statuses,
-    format_duration,
     lease_detail,
     lease_table,
     namespaces,
 )
-
-# Seconds between refreshes of live regions; the countdowns tick in between.
-REFRESH_SECONDS = 5
 
 
 def lease_list(request: HttpRequest) -> HttpResponse:
@@ -39,7 +36,6 @@ def _lease_list(request: HttpRequest) -> HttpResponse:
         "form": form,
         "filters": filters,
         "table": table,
-        "refresh_seconds": REFRESH_SECONDS,
         "class_choices": LeaseClass.choices,
         "state_choices": LeaseState.choices,
         "flap_rule": f"{FLAP_THRESHOLD} or more holder changes in "
@@ -58,7 +54,7 @@ def lease_page(request: HttpRequest, cluster: str, namespace: str, name: str) ->
     return render_page(
         request,
         "leases/lease_detail.html",
-        {"detail": detail, "lease": detail.lease, "refresh_seconds": REFRESH_SECONDS},
+        {"detail": detail, "lease": detail.lease},
     )
 
 
@@ -66,5 +62,5 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     return render_page(
         request,
         "leases/clusters.html",
-        {"clusters": cluster_statuses(timezone.now()), "refresh_seconds": REFRESH_SECONDS},
+        {"clusters": cluster_statuses(timezone.now())},
     )

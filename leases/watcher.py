@@ -23,9 +23,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from dashboard.encryption import secret_problem
+from dashboard.locks import ExpiringLock
 from leases import kube
 from leases.ingest import LeaseIngestor, sync_candidates
-from leases.locks import ExpiringLock
 from leases.models import KubeCluster
 from leases.parse import lease_identity, parse_candidate, resource_version_of
 

@@ -19,8 +19,17 @@ from django.db.models import F, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboard.timefmt import (
+    When,
+    api_time,
+    format_duration,
+    iso_js,
+    iso_utc,
+    local_moment_text,
+    when,
+)
 from leases.models import KubeCluster, Lease, LeaseClass, LeaseState
-from leases.selectors import When, format_duration, iso_js, iso_utc, lease_url, state_of, when
+from leases.selectors import lease_url, state_of
 from nks.models import (
     HEALTH_RANK,
     IN_FLIGHT_STATES,
@@ -389,14 +398,6 @@ def _local(moment: datetime) -> str:
     return f"{timezone.localtime(moment):%H:%M}"
 
 
-def moment_text(moment: datetime | None) -> str:
-    """To the second, in TIME_ZONE with its name: what a person reads in a table."""
-    if moment is None:
-        return ""
-    local = timezone.localtime(moment)
-    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"
-
-
 def build_timeline(
     points: Sequence[tuple[datetime, Health]], now: datetime, *, hours: int = TIMELINE_HOURS
 ) -> Timeline:
@@ -460,8 +461,8 @@ def build_timeline(
             start=begin_when,
             end=when(end, now),
             duration=format_duration(length) + ("" if end else " so far"),
-            start_text=moment_text(begin),
-            end_text=moment_text(end),
+            start_text=local_moment_text(begin),
+            end_text=local_moment_text(end),
         )
 
     periods = [
@@ -1173,10 +1174,6 @@ def nks_overview(now: datetime) -> NksOverview:
 # --- API -------------------------------------------------------------------------------------
 
 
-def _api_time(moment: datetime | None) -> str | None:
-    return iso_utc(moment) if moment is not None else None
-
-
 def api_clusters(now: datetime) -> list[dict[str, Any]]:
     clusters = (
         NksCluster.objects.select_related("account")
@@ -1196,10 +1193,10 @@ def api_clusters(now: datetime) -> list[dict[str, Any]]:
                 "health_status": cluster.health_status or None,
                 "api_status": cluster.api_status or None,
                 "node_status": cluster.node_status or None,
-                "health_timestamp": _api_time(cluster.health_timestamp),
+                "health_timestamp": api_time(cluster.health_timestamp),
                 "stale": cluster.is_stale(now),
                 "gone": cluster.gone_at is not None,
-                "polled_at": _api_time(cluster.polled_at),
+                "polled_at": api_time(cluster.polled_at),
                 "last_error": cluster.last_error or None,
                 "nodegroups": [
                     {
@@ -1238,10 +1235,10 @@ def api_resize_request(request: ResizeRequest) -> dict[str, Any]:
         "reason": request.reason,
         "user": request.username,
         "source": request.source,
-        "created_at": _api_time(request.created_at),
-        "nks_called_at": _api_time(request.nks_called_at),
-        "started_at": _api_time(request.started_at),
-        "finished_at": _api_time(request.finished_at),
+        "created_at": api_time(request.created_at),
+        "nks_called_at": api_time(request.nks_called_at),
+        "started_at": api_time(request.started_at),
+        "finished_at": api_time(request.finished_at),
         "error": request.error or None,
         "event": (
             {

@@ -30,9 +30,8 @@ from nks.selectors import (
 )
 from nks.services import LeaseSourceError, ResizeConflict, request_resize, watch_cluster_leases
 
-# Seconds between refreshes of live regions; ages tick in between (static/js/dashboard.js).
-REFRESH_SECONDS = 10
-# A resize in flight is followed every few seconds.
+# A resize in flight is followed faster than the pages' PAGE_REFRESH_SECONDS (from the
+# page_refresh context processor): the engineer who asked for it is watching it land.
 PROGRESS_REFRESH_SECONDS = 2
 
 
@@ -42,7 +41,6 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         "nks/cluster_list.html",
         {
             "page": clusters_page(timezone.now()),
-            "refresh_seconds": REFRESH_SECONDS,
             "poll_interval": poll_interval_text(),
         },
     )
@@ -58,7 +56,6 @@ def cluster_page(request: HttpRequest, uuid: str) -> HttpResponse:
         {
             "detail": detail,
             "can_change": can_change_clusters(request.user),
-            "refresh_seconds": REFRESH_SECONDS,
         },
     )
 
@@ -113,7 +110,6 @@ def _render_nodegroup(
         "form": form,
         "conflict": conflict,
         "can_change": can_change_clusters(request.user),
-        "refresh_seconds": REFRESH_SECONDS,
         "progress_seconds": PROGRESS_REFRESH_SECONDS,
     }
     response = render_page(request, "nks/nodegroup_detail.html", context)
@@ -187,6 +183,5 @@ def resize_list(request: HttpRequest) -> HttpResponse:
             "form": form,
             "filters": filters,
             "audit": resize_audit(filters, timezone.now()),
-            "refresh_seconds": REFRESH_SECONDS,
         },
     )

@@ -13,7 +13,7 @@ from alerts import services
 from alerts.conditions import Condition
 from alerts.models import AlertRule, Incident, IncidentEvent, IncidentState, Rule
 from alerts.rules import load_rule_configs
-from leases.locks import ExpiringLock
+from dashboard.locks import ExpiringLock
 from leases.models import KubeCluster, Lease, LeaseTransition
 from leases.selectors import FLAP_THRESHOLD, FLAP_WINDOW
 from nks.models import Freshness, NksAccount, NksCluster, NksNodegroup, ResizeState

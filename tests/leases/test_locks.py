@@ -5,7 +5,7 @@ import time
 import pytest
 from django.core.management import call_command
 
-from leases.locks import ExpiringLock
+from dashboard.locks import ExpiringLock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,6 +8,7 @@ import time_machine
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboard.timefmt import format_duration
 from leases.models import Lease, LeaseState
 from leases.selectors import (
     MAX_CURSOR_CHARS,
@@ -19,7 +20,6 @@ from leases.selectors import (
     encode_cursor,
     filter_leases,
     flap_counts,
-    format_duration,
     holder_timeline,
     keyset_page,
     lease_table,
