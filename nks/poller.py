@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from leases.locks import ExpiringLock
+from dashboard.locks import ExpiringLock
 from nks import client as nks
 from nks.accounts import client_for
 from nks.enums import Freshness
