@@ -25,7 +25,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from dashboard.encryption import EncryptedTextField
-from nks.enums import EventState, Freshness
+from nks.enums import EventState, Freshness, OperationPhase
 
 
 def stale_after() -> timedelta:
@@ -207,8 +207,13 @@ class NksCluster(models.Model):
         return self.name
 
     @property
+    def phase(self) -> OperationPhase:
+        """The operation running on it, read from ``status`` as the client reads it."""
+        return OperationPhase.classify(self.status)
+
+    @property
     def in_progress(self) -> bool:
-        return self.status.upper().endswith("_IN_PROGRESS")
+        return self.phase is OperationPhase.IN_PROGRESS
 
     def is_stale(self, now: datetime | None = None) -> bool:
         """The dashboard's data about the cluster may be old (NKS's own freshness aside)."""
@@ -272,8 +277,13 @@ class NksNodegroup(models.Model):
         return f"{self.cluster_id}:{self.name}"
 
     @property
+    def phase(self) -> OperationPhase:
+        """The operation running on it, read from ``status`` as the client reads it."""
+        return OperationPhase.classify(self.status)
+
+    @property
     def in_progress(self) -> bool:
-        return self.status.upper().endswith("_IN_PROGRESS")
+        return self.phase is OperationPhase.IN_PROGRESS
 
     @property
     def is_worker(self) -> bool:

@@ -27,6 +27,7 @@ from leases.models import KubeCluster
 from leases.services import ClusterConfigError, register_kube_cluster
 from nks import client as nks
 from nks.accounts import client_for
+from nks.enums import OperationPhase
 from nks.models import (
     IN_FLIGHT_STATES,
     EventState,
@@ -410,7 +411,7 @@ def advance_resize(request: ResizeRequest, now: datetime) -> ResizeState:
         fields["event"] = event
     since = (request.nks_called_at or request.created_at) - CLOCK_SKEW
     changed = nodegroup.nks_updated_at is not None and nodegroup.nks_updated_at >= since
-    status = nodegroup.status.upper()
+    phase = nodegroup.phase
 
     verdict: ResizeState | None = None
     if event is not None and event.state == EventState.SUCCESS:
@@ -423,14 +424,14 @@ def advance_resize(request: ResizeRequest, now: datetime) -> ResizeState:
         )
         fields["finished_at"] = event.nks_updated_at or now
     elif (event is not None and event.state == EventState.IN_PROGRESS) or (
-        changed and status.endswith("_IN_PROGRESS")
+        changed and phase is OperationPhase.IN_PROGRESS
     ):
         verdict = ResizeState.IN_PROGRESS
-    elif changed and status.endswith("_FAILED"):
+    elif changed and phase is OperationPhase.FAILED:
         verdict = ResizeState.FAILED
         fields["error"] = nodegroup.status_reason or f"The nodegroup went {nodegroup.status}."
         fields["finished_at"] = now
-    elif changed and status.endswith("_COMPLETE") and nodegroup.node_count == request.to_count:
+    elif changed and phase is OperationPhase.COMPLETE and nodegroup.node_count == request.to_count:
         verdict = ResizeState.SUCCEEDED
         fields["finished_at"] = now
     elif (
