@@ -187,6 +187,14 @@ TEMPLATES = [
             ],
         },
     },
+    # Only for the hottest region (the Leases table, polled by every open browser); see
+    # dashboard/jinja2.py. Its templates live apart, so neither engine finds the other's.
+    {
+        "BACKEND": "django.template.backends.jinja2.Jinja2",
+        "DIRS": [BASE_DIR / "templates" / "jinja2"],
+        "APP_DIRS": False,
+        "OPTIONS": {"environment": "dashboard.jinja2.environment"},
+    },
 ]
 
 # --- Database -------------------------------------------------------------------------------
