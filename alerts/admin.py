@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from alerts import services
+from alerts import delivery
 from alerts.models import (
     AlertRule,
     AlertSubscription,
@@ -118,7 +118,7 @@ class NotificationAdmin(admin.ModelAdmin):
     @admin.action(description="Retry now (failed or waiting ones)")
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Notification]) -> None:
         retried = sum(
-            services.retry_notification_now(pk)
+            delivery.retry_notification_now(pk)
             for pk in queryset.filter(
                 state__in=[DeliveryState.FAILED, DeliveryState.PENDING]
             ).values_list("pk", flat=True)

@@ -14,7 +14,7 @@ incidents, which data sources are stale) that returns a `RuleOutcome`:
   ``source_stale`` incident instead; its lease incidents carry on when data is current again.
 * ``notes``: for keys that stop firing, why (shown on the page and in the resolve mail).
 
-Rules only read; `alerts.services` turns outcomes into incidents.
+Rules only read; `alerts.evaluation` turns outcomes into incidents.
 """
 
 from __future__ import annotations

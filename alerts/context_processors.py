@@ -9,7 +9,7 @@ from django.db import DatabaseError
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
-from alerts.selectors import open_incident_counts
+from alerts.queries import open_incident_counts
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from alerts.selectors import alert_metrics
+from alerts.queries import alert_metrics
 from dashboard.metrics import DatabaseCollector
 
 PREFIX = "lease_dashboard_alerts"

@@ -4,7 +4,7 @@ An incident is one occurrence of one condition, named by a dedup key such as
 ``lease_expired:prod/kube-system/kube-scheduler``. While the condition holds there is exactly
 one unresolved incident per key: a partial unique index guarantees it, whatever number of
 evaluations run at once. Every e-mail is first a `Notification` row; a Celery task sends it
-(see `alerts.services.deliver_notification` for how a row is claimed and retried).
+(see `alerts.delivery.deliver_notification` for how a row is claimed and retried).
 """
 
 from __future__ import annotations

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from alerts import services
+from alerts import delivery, evaluation
 
 
 @shared_task(ignore_result=True)
 def evaluate_alerts() -> None:
     """Beat, every ALERT_EVAL_SECONDS: open, update and resolve incidents; plan mail."""
-    services.run_evaluation()
+    evaluation.run_evaluation()
 
 
 @shared_task(ignore_result=True)
 def send_notification(notification_id: int) -> None:
-    services.deliver_notification(notification_id)
+    delivery.deliver_notification(notification_id)
 
 
 @shared_task(ignore_result=True)
 def send_due_notifications() -> None:
     """Beat: queue every notification that is due (retries, and any whose task was lost)."""
-    for notification_id in services.due_notification_ids():
+    for notification_id in delivery.due_notification_ids():
         send_notification.delay(notification_id)

@@ -11,16 +11,12 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from alerts import services
+from alerts import incident_actions
 from alerts.forms import IncidentFilterForm, SilenceForm, SubscriptionForm
 from alerts.models import Severity
-from alerts.selectors import (
-    IncidentFilters,
-    incident_detail,
-    incident_exists,
-    incident_tables,
-    subscription_of,
-)
+from alerts.presenters.incident_detail import incident_detail
+from alerts.presenters.incident_list import IncidentFilters, incident_tables
+from alerts.queries import incident_exists, subscription_of
 from dashboard.htmx import render_page
 
 
@@ -77,7 +73,7 @@ def _require_incident(incident_id: int) -> None:
 @require_POST
 def acknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
     _require_incident(incident_id)
-    if services.acknowledge_incident(incident_id, request.user):
+    if incident_actions.acknowledge_incident(incident_id, request.user):
         _tell(request, messages.SUCCESS, "Acknowledged: no more reminders for this incident.")
     else:
         _tell(request, messages.INFO, "Already acknowledged, or no longer open.")
@@ -87,7 +83,7 @@ def acknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
 @require_POST
 def unacknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
     _require_incident(incident_id)
-    if services.unacknowledge_incident(incident_id, request.user):
+    if incident_actions.unacknowledge_incident(incident_id, request.user):
         _tell(request, messages.SUCCESS, "Acknowledgement withdrawn: reminders resume.")
     return _back(request, incident_id)
 
@@ -99,7 +95,7 @@ def silence(request: HttpRequest, incident_id: int) -> HttpResponse:
     if not form.is_valid():
         _tell(request, messages.ERROR, "Choose how long to silence it for.")
         return _back(request, incident_id)
-    ends = services.silence_incident(
+    ends = incident_actions.silence_incident(
         incident_id, request.user, form.duration_delta(), form.cleaned_data["reason"]
     ).ends_at
     _tell(
@@ -114,7 +110,7 @@ def silence(request: HttpRequest, incident_id: int) -> HttpResponse:
 @require_POST
 def unsilence(request: HttpRequest, incident_id: int) -> HttpResponse:
     _require_incident(incident_id)
-    if services.end_silence(incident_id, request.user):
+    if incident_actions.end_silence(incident_id, request.user):
         _tell(request, messages.SUCCESS, "Silence ended: mail about it resumes.")
     return _back(request, incident_id)
 
@@ -124,7 +120,7 @@ def subscription(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = SubscriptionForm(request.POST)
         if form.is_valid():
-            services.update_subscription(
+            incident_actions.update_subscription(
                 request.user,
                 enabled=form.cleaned_data["enabled"],
                 min_severity=Severity(form.cleaned_data["min_severity"]),

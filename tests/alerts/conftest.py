@@ -22,7 +22,7 @@ import time_machine
 from aiosmtpd.controller import Controller
 from django.utils import timezone
 
-from alerts import services
+from alerts import delivery, evaluation
 from alerts.models import Notification
 from leases.models import KubeCluster
 from tests.leases.factories import NOW
@@ -63,18 +63,18 @@ def keep_fresh(*clusters: KubeCluster) -> None:
     )
 
 
-def evaluate(*fresh: KubeCluster) -> services.EvaluationSummary:
+def evaluate(*fresh: KubeCluster) -> evaluation.EvaluationSummary:
     """One beat tick: evaluate and plan, then send what is due (as the sweep would)."""
     keep_fresh(*fresh)
-    summary = services.run_evaluation(dispatch=False)
+    summary = evaluation.run_evaluation(dispatch=False)
     assert summary is not None
     assert summary.errors == []
-    services.send_due_notifications()
+    delivery.send_due_notifications()
     return summary
 
 
 @pytest.fixture
-def run_evaluation() -> Callable[..., services.EvaluationSummary]:
+def run_evaluation() -> Callable[..., evaluation.EvaluationSummary]:
     return evaluate
 
 

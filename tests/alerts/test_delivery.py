@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from alerts import services
+from alerts import delivery, notifications
 from alerts.models import DeliveryState, Notification
 from tests.alerts.conftest import ONCALL, Clock, SmtpServer
 from tests.alerts.factories import make_incident
@@ -32,7 +32,7 @@ def plan_two_mails() -> list[int]:
         cluster="staging",
         since=timezone.now() - timedelta(seconds=1),
     )
-    ids = services.plan_notifications(timezone.now(), dispatch=False)
+    ids = notifications.plan_notifications(timezone.now(), dispatch=False)
     assert len(ids) == 2
     return ids
 
@@ -47,7 +47,7 @@ def test_an_smtp_outage_delays_every_mail_and_loses_none(
     ids = plan_two_mails()
     smtp_server.stop()
 
-    assert services.send_due_notifications() == {"pending": 2}
+    assert delivery.send_due_notifications() == {"pending": 2}
     first = state(ids[0])
     assert first.attempts == 1
     assert "ConnectionRefusedError" in first.last_error
@@ -55,20 +55,20 @@ def test_an_smtp_outage_delays_every_mail_and_loses_none(
 
     # Retries back off exponentially while the server stays down...
     clock.advance(10)
-    assert services.send_due_notifications() == {"pending": 2}
+    assert delivery.send_due_notifications() == {"pending": 2}
     clock.advance(10)
-    assert services.send_due_notifications() == {}, "the second retry waits about 20 s"
+    assert delivery.send_due_notifications() == {}, "the second retry waits about 20 s"
     clock.advance(10)
-    assert services.send_due_notifications() == {"pending": 2}
+    assert delivery.send_due_notifications() == {"pending": 2}
     assert state(ids[0]).attempts == 3
 
     # ...and once it is back, the sweep delivers each exactly once.
     smtp_server.start()
     clock.advance(40)
-    assert services.send_due_notifications() == {"sent": 2}
-    assert services.send_due_notifications() == {}
+    assert delivery.send_due_notifications() == {"sent": 2}
+    assert delivery.send_due_notifications() == {}
     clock.advance(3600)
-    assert services.send_due_notifications() == {}
+    assert delivery.send_due_notifications() == {}
 
     assert sorted(m.message["Subject"] for m in smtp_server.received) == [
         "[FIRING] prod: kube-system/kube-scheduler lease expired",
@@ -85,7 +85,7 @@ def test_retries_give_up_after_alert_retry_hours(clock: Clock, smtp_server: Smtp
     [notification_id, _] = plan_two_mails()
     smtp_server.stop()
     for _ in range(400):
-        services.deliver_notification(notification_id)
+        delivery.deliver_notification(notification_id)
         if state(notification_id).state != DeliveryState.PENDING:
             break
         clock.advance(300)
@@ -95,16 +95,16 @@ def test_retries_give_up_after_alert_retry_hours(clock: Clock, smtp_server: Smtp
     assert failed.last_error.startswith("ConnectionRefusedError")
     assert "(gave up after" in failed.last_error
     assert timezone.now() - failed.created_at <= timedelta(hours=24)
-    assert services.retry_notification_now(notification_id)
+    assert delivery.retry_notification_now(notification_id)
     smtp_server.start()
-    assert services.deliver_notification(notification_id) == DeliveryState.SENT
+    assert delivery.deliver_notification(notification_id) == DeliveryState.SENT
 
 
 def test_a_recipient_refused_for_good_fails_at_once(clock: Clock, smtp_server: SmtpServer) -> None:
     [notification_id, _] = plan_two_mails()
     smtp_server.refuse_recipients = True
 
-    assert services.deliver_notification(notification_id) == DeliveryState.FAILED
+    assert delivery.deliver_notification(notification_id) == DeliveryState.FAILED
     failed = state(notification_id)
     assert failed.last_error.startswith(f"recipients refused: {ONCALL} (550)")
     assert failed.last_error.endswith("(refused for good after 1 attempt)")
@@ -115,8 +115,8 @@ def test_a_claimed_notification_is_sent_once_however_often_its_task_runs(
 ) -> None:
     [notification_id, _] = plan_two_mails()
 
-    assert services.deliver_notification(notification_id) == DeliveryState.SENT
-    assert services.deliver_notification(notification_id) is None
+    assert delivery.deliver_notification(notification_id) == DeliveryState.SENT
+    assert delivery.deliver_notification(notification_id) is None
     assert len(smtp_server.received) == 1
     assert state(notification_id).attempts == 1
 
@@ -156,7 +156,7 @@ def sender(smtp_server: SmtpServer) -> Iterator[subprocess.Popen[bytes] | None]:
         )
         code = (
             "import django; django.setup()\n"
-            "from alerts.services import deliver_notification\n"
+            "from alerts.delivery import deliver_notification\n"
             f"deliver_notification({notification_id})\n"
         )
         process = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=env)
@@ -207,12 +207,12 @@ def test_a_worker_killed_mid_send_is_retried_not_lost(
     assert killed.state == DeliveryState.SENDING
     assert killed.attempts == 1
     # While its claim lasts, nobody else may send it: the worker might still be alive.
-    assert notification_id not in services.due_notification_ids()
-    assert services.deliver_notification(notification_id) is None
+    assert notification_id not in delivery.due_notification_ids()
+    assert delivery.deliver_notification(notification_id) is None
 
     with time_machine.travel(_after_the_claim(notification_id), tick=False):
-        assert notification_id in services.due_notification_ids()
-        assert services.deliver_notification(notification_id) == DeliveryState.SENT
+        assert notification_id in delivery.due_notification_ids()
+        assert delivery.deliver_notification(notification_id) == DeliveryState.SENT
 
     delivered = state(notification_id)
     assert delivered.attempts == 2

@@ -10,7 +10,7 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from alerts import services
+from alerts import delivery, incident_actions, notifications
 from alerts.models import (
     AlertRule,
     AlertSubscription,
@@ -301,7 +301,7 @@ def test_reminders_are_a_digest_and_skip_acknowledged_incidents(
     evaluate(prod, staging)
     assert len(mailoutbox) == 2  # one per cluster
     acknowledged = Incident.objects.get(key="lease_expired:staging/kube-system/kube-scheduler")
-    assert services.acknowledge_incident(acknowledged.pk, erin)
+    assert incident_actions.acknowledge_incident(acknowledged.pk, erin)
 
     clock.advance(4 * 3600 - 1)
     evaluate(prod, staging)
@@ -333,7 +333,7 @@ def test_a_silence_stops_all_mail_for_its_key_including_a_new_incident(
     erin = django_user_model.objects.create_user("erin")
     lease = expire_scheduler(clock)
     first = Incident.objects.get()
-    services.silence_incident(first.pk, erin, timedelta(hours=1), "upgrading the masters")
+    incident_actions.silence_incident(first.pk, erin, timedelta(hours=1), "upgrading the masters")
 
     clock.advance(60)  # renewed: resolved, but silenced, so no mail
     Lease.objects.filter(pk=lease.pk).update(expires_at=timezone.now() + timedelta(seconds=15))
@@ -363,12 +363,12 @@ def test_mail_planned_before_a_silence_is_cancelled_not_sent(
     clock: Clock, mailoutbox: list[mail.EmailMessage], django_user_model: Any
 ) -> None:
     incident = make_incident()
-    [notification_id] = services.plan_notifications(timezone.now(), dispatch=False)
-    services.silence_incident(
+    [notification_id] = notifications.plan_notifications(timezone.now(), dispatch=False)
+    incident_actions.silence_incident(
         incident.pk, django_user_model.objects.create_user("erin"), timedelta(hours=4)
     )
 
-    assert services.deliver_notification(notification_id) == DeliveryState.CANCELLED
+    assert delivery.deliver_notification(notification_id) == DeliveryState.CANCELLED
     assert mailoutbox == []
 
 
@@ -377,12 +377,12 @@ def test_ending_a_silence_early_lets_mail_through_again(
 ) -> None:
     erin = django_user_model.objects.create_user("erin")
     incident = make_incident()
-    services.silence_incident(incident.pk, erin, timedelta(days=1))
-    services.plan_notifications(timezone.now(), dispatch=False)
+    incident_actions.silence_incident(incident.pk, erin, timedelta(days=1))
+    notifications.plan_notifications(timezone.now(), dispatch=False)
     assert mailoutbox == []
-    assert services.end_silence(incident.pk, erin)
-    services.plan_notifications(timezone.now(), dispatch=False)
-    services.send_due_notifications()
+    assert incident_actions.end_silence(incident.pk, erin)
+    notifications.plan_notifications(timezone.now(), dispatch=False)
+    delivery.send_due_notifications()
     assert len(mailoutbox) == 1
 
 
@@ -407,8 +407,8 @@ def test_each_recipient_gets_one_mail_with_exactly_their_incidents(
         severity=Severity.WARNING,
     )
 
-    services.plan_notifications(timezone.now(), dispatch=False)
-    services.send_due_notifications()
+    notifications.plan_notifications(timezone.now(), dispatch=False)
+    delivery.send_due_notifications()
 
     received = {
         address: sorted(m.subject for m in mailoutbox if address in m.to)
@@ -430,7 +430,7 @@ def test_without_any_recipient_nothing_is_queued_and_the_page_says_why(
 ) -> None:
     settings.ALERT_EMAIL_TO = []
     incident = make_incident()
-    services.plan_notifications(timezone.now(), dispatch=False)
+    notifications.plan_notifications(timezone.now(), dispatch=False)
 
     incident.refresh_from_db()
     assert incident.open_notice == Notice.SKIPPED
@@ -474,7 +474,7 @@ def test_the_beat_task_queues_a_send_task_once_the_plan_is_committed(
 
 def test_the_sweep_queues_every_due_notification(clock: Clock) -> None:
     make_incident()
-    [due] = services.plan_notifications(timezone.now(), dispatch=False)
+    [due] = notifications.plan_notifications(timezone.now(), dispatch=False)
     Notification.objects.create(
         kind=NotificationKind.OPENED,
         subject="later",
@@ -483,4 +483,4 @@ def test_the_sweep_queues_every_due_notification(clock: Clock) -> None:
         created_at=timezone.now(),
         next_attempt_at=timezone.now() + timedelta(minutes=1),
     )
-    assert services.due_notification_ids() == [due]
+    assert delivery.due_notification_ids() == [due]

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from alerts import services
+from alerts import delivery, evaluation, notifications
 from alerts.models import (
     AlertRule,
     AlertSubscription,
@@ -60,7 +60,7 @@ def incident_ids(html: str, section: str) -> list[int]:
 
 
 def resolve(incident: Incident, minutes: int = 5) -> None:
-    services.resolve_incident(
+    evaluation.resolve_incident(
         incident, "renewed by master-0", incident.since + timedelta(minutes=minutes)
     )
 
@@ -124,7 +124,7 @@ def test_bad_filters_are_reported_and_the_rest_applies(clock: Clock, client_in: 
 
 def test_a_silent_evaluator_is_a_banner_not_a_calm_page(clock: Clock, client_in: Client) -> None:
     assert "have never been evaluated" in text(client_in, "/alerts/")
-    services.run_evaluation(dispatch=False)
+    evaluation.run_evaluation(dispatch=False)
     assert "Beat or the default worker is not running" not in text(client_in, "/alerts/")
     clock.advance(60)
     assert "were last evaluated 60 s ago" in text(client_in, "/alerts/")
@@ -288,8 +288,8 @@ def test_a_user_subscribes_to_critical_alerts_at_their_address(
     assert "for critical incidents only" in text(client_in, "/alerts/subscription/")
 
     make_incident()
-    services.plan_notifications(timezone.now(), dispatch=False)
-    services.send_due_notifications()
+    notifications.plan_notifications(timezone.now(), dispatch=False)
+    delivery.send_due_notifications()
     assert sorted(address for message in mailoutbox for address in message.to) == [
         "erin@oncall.example.org",
         "oncall@example.org",
@@ -316,8 +316,8 @@ def test_api_lists_open_and_resolved_incidents_with_their_notifications(
     _, token = ApiToken.issue(engineer)
     open_one = make_incident()
     resolved_one = make_incident("lease_expired:prod/ops/y", title="ops/y lease expired")
-    services.plan_notifications(timezone.now(), dispatch=False)
-    services.send_due_notifications()
+    notifications.plan_notifications(timezone.now(), dispatch=False)
+    delivery.send_due_notifications()
     resolve(resolved_one)
     auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
 
@@ -355,7 +355,7 @@ def test_api_refuses_bad_parameters_and_anonymous_callers(client: Client, engine
 def test_metrics_count_open_incidents_by_rule_and_severity_and_mail_by_state(clock: Clock) -> None:
     make_incident()
     make_incident("lease_expired:prod/ops/y", title="ops/y lease expired")
-    services.plan_notifications(timezone.now(), dispatch=False)
+    notifications.plan_notifications(timezone.now(), dispatch=False)
 
     metrics = render_metrics().decode()
 

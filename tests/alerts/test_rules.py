@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from alerts import services
+from alerts import evaluation
 from alerts.conditions import Condition
 from alerts.models import AlertRule, Incident, IncidentEvent, IncidentState, Rule
 from alerts.rules import load_rule_configs
@@ -369,13 +369,13 @@ def test_opening_a_key_someone_else_just_opened_updates_theirs(clock: Clock) -> 
         details={"holder": "master-0"},
         since=NOW,
     )
-    first, created = services.open_incident(
+    first, created = evaluation.open_incident(
         Rule.LEASE_EXPIRED, config, condition.key, condition, timezone.now()
     )
     assert created
 
     # A second evaluation that read "no incident yet" before the first committed:
-    second, created = services.open_incident(
+    second, created = evaluation.open_incident(
         Rule.LEASE_EXPIRED, config, condition.key, condition, timezone.now()
     )
 
@@ -385,13 +385,13 @@ def test_opening_a_key_someone_else_just_opened_updates_theirs(clock: Clock) -> 
 
 
 def test_an_evaluation_while_another_holds_the_lock_does_nothing(clock: Clock) -> None:
-    lock = ExpiringLock(services.EVALUATION_LOCK, owner="someone-else", ttl=30)
+    lock = ExpiringLock(evaluation.EVALUATION_LOCK, owner="someone-else", ttl=30)
     assert lock.acquire()
     try:
-        assert services.run_evaluation(dispatch=False) is None
+        assert evaluation.run_evaluation(dispatch=False) is None
     finally:
         lock.release()
-    assert services.run_evaluation(dispatch=False) is not None
+    assert evaluation.run_evaluation(dispatch=False) is not None
 
 
 @pytest.mark.django_db(transaction=True)
@@ -417,7 +417,7 @@ def test_two_processes_evaluating_at_once_open_one_incident() -> None:
 
         try:
             start.wait()
-            summary = services.evaluate_rules(timezone.now())
+            summary = evaluation.evaluate_rules(timezone.now())
             errors.extend(RuntimeError(error) for error in summary.errors)
         except BaseException as exc:
             errors.append(exc)

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from alerts import services
+from alerts import delivery, evaluation
 
 
 class Command(BaseCommand):
@@ -20,12 +20,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--wait",
             type=float,
-            default=float(services.EVALUATION_LOCK_TTL),
+            default=float(evaluation.EVALUATION_LOCK_TTL),
             help="Seconds to wait for an evaluation that is running elsewhere (default 30).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        summary = services.run_evaluation(dispatch=False, wait_seconds=options["wait"])
+        summary = evaluation.run_evaluation(dispatch=False, wait_seconds=options["wait"])
         if summary is None:
             raise CommandError("Another evaluation is running and did not finish in time.")
         self.stdout.write(
@@ -37,7 +37,7 @@ class Command(BaseCommand):
             self.stderr.write(f"Rule error: {error}")
         if options["no_send"]:
             return
-        results = services.send_due_notifications()
+        results = delivery.send_due_notifications()
         if results:
             counts = ", ".join(f"{count} {state}" for state, count in sorted(results.items()))
             self.stdout.write(f"Sent what was due: {counts}.")

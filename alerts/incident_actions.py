@@ -1,0 +1,121 @@
+"""What people do to incidents: acknowledge, silence, and choose their own alert mail.
+
+Each action is one transaction that changes the row with a conditional update (so two
+people clicking at once act once) and leaves a timeline entry saying who did it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from alerts.events import clip, incident_event
+from alerts.models import (
+    AlertSubscription,
+    Incident,
+    IncidentEvent,
+    IncidentState,
+    Severity,
+    Silence,
+)
+from dashboard.timefmt import format_duration, mail_moment_text
+
+
+@transaction.atomic
+def acknowledge_incident(incident_id: int, user: AbstractBaseUser) -> bool:
+    """Someone is on it: no reminders for this incident. False if open no more or done."""
+    now = timezone.now()
+    done = Incident.objects.filter(
+        pk=incident_id, state=IncidentState.FIRING, acknowledged_at__isnull=True
+    ).update(acknowledged_by=user, acknowledged_at=now)
+    if done:
+        incident = Incident.objects.get(pk=incident_id)
+        incident_event(
+            incident,
+            IncidentEvent.Kind.ACKNOWLEDGED,
+            f"acknowledged by {user.get_username()}: no more reminders",
+            now,
+            user,
+        ).save()
+    return bool(done)
+
+
+@transaction.atomic
+def unacknowledge_incident(incident_id: int, user: AbstractBaseUser) -> bool:
+    now = timezone.now()
+    done = Incident.objects.filter(
+        pk=incident_id, state=IncidentState.FIRING, acknowledged_at__isnull=False
+    ).update(acknowledged_by=None, acknowledged_at=None)
+    if done:
+        incident = Incident.objects.get(pk=incident_id)
+        incident_event(
+            incident,
+            IncidentEvent.Kind.UNACKNOWLEDGED,
+            f"{user.get_username()} withdrew the acknowledgement: reminders resume",
+            now,
+            user,
+        ).save()
+    return bool(done)
+
+
+@transaction.atomic
+def silence_incident(
+    incident_id: int, user: AbstractBaseUser, duration: timedelta, reason: str = ""
+) -> Silence:
+    """No mail for the incident's key until now + duration, including future incidents.
+
+    A new silence replaces the key's active one (ends it now), so the page always shows one.
+    """
+    now = timezone.now()
+    incident = Incident.objects.get(pk=incident_id)
+    Silence.objects.active(now).filter(key=incident.key).update(ends_at=now)
+    silence = Silence.objects.create(
+        key=incident.key,
+        starts_at=now,
+        ends_at=now + duration,
+        reason=clip(reason.strip(), 500),
+        created_by=user,
+        created_at=now,
+    )
+    text = f"silenced by {user.get_username()} for {format_duration(duration.total_seconds())}"
+    text += f" (until {mail_moment_text(silence.ends_at)})"
+    if silence.reason:
+        text += f": {silence.reason}"
+    incident_event(incident, IncidentEvent.Kind.SILENCED, text, now, user).save()
+    return silence
+
+
+@transaction.atomic
+def end_silence(incident_id: int, user: AbstractBaseUser) -> bool:
+    now = timezone.now()
+    incident = Incident.objects.get(pk=incident_id)
+    ended = Silence.objects.active(now).filter(key=incident.key).update(ends_at=now, ended_by=user)
+    if ended:
+        incident_event(
+            incident,
+            IncidentEvent.Kind.UNSILENCED,
+            f"{user.get_username()} ended the silence: mail resumes",
+            now,
+            user,
+        ).save()
+    return bool(ended)
+
+
+# --- Subscriptions ---------------------------------------------------------------------------
+
+
+@transaction.atomic
+def update_subscription(
+    user: AbstractBaseUser, *, enabled: bool, min_severity: Severity, email: str
+) -> AlertSubscription:
+    """The user's own alert mail: on or off, from which severity, at which address."""
+    if email != user.email:  # type: ignore[attr-defined]
+        user.email = email  # type: ignore[attr-defined]
+        user.save(update_fields=["email"])
+    subscription, _ = AlertSubscription.objects.update_or_create(
+        user=user, defaults={"enabled": enabled, "min_severity": min_severity}
+    )
+    return subscription

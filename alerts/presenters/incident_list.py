@@ -1,0 +1,189 @@
+"""The alerts page: open incidents first, then recent resolved ones, and the evaluator's pulse.
+
+Rows carry display strings computed here (CSS classes are the template's: `alerts_css`);
+every time is judged against one `now` passed in by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.db.models import Q
+
+from alerts.models import (
+    EvaluatorStatus,
+    Incident,
+    IncidentState,
+    Silence,
+    severity_rank,
+)
+from alerts.queries import active_silences
+from alerts.rules import RULE_SPECS
+from dashboard.timefmt import When, format_duration, iso_js, when
+
+RESOLVED_LIMIT = 50
+RESOLVED_FILTERED_LIMIT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentFilters:
+    state: str = ""  # "" = open ones, then recent resolved ones
+    rule: str = ""
+    severity: str = ""
+    cluster: str = ""
+    q: str = ""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.state or self.rule or self.severity or self.cluster or self.q)
+
+    def params(self) -> dict[str, str]:
+        values = {
+            "state": self.state,
+            "rule": self.rule,
+            "severity": self.severity,
+            "cluster": self.cluster,
+            "q": self.q,
+        }
+        return {key: value for key, value in values.items() if value}
+
+    def query_string(self) -> str:
+        params = self.params()
+        return f"?{urlencode(params)}" if params else ""
+
+
+@dataclass(slots=True)
+class IncidentRow:
+    id: int
+    url: str
+    key: str
+    rule: str
+    rule_label: str
+    severity: str
+    state: str
+    cluster: str
+    title: str
+    since: When
+    opened: When | None
+    last_seen: When
+    resolved: When | None
+    duration: str
+    resolution: str
+    acknowledged_by: str
+    acknowledged: When | None
+    silenced_until: When | None
+    hold: str
+
+
+@dataclass(slots=True)
+class EvaluatorInfo:
+    last_run: When | None
+    silent: bool
+    last_error: str
+    interval: int
+
+
+@dataclass(slots=True)
+class IncidentTables:
+    open: list[IncidentRow]
+    resolved: list[IncidentRow]
+    resolved_limit: int
+    clusters: list[str]
+    evaluator: EvaluatorInfo
+    server_now: str
+    show_open: bool
+    show_resolved: bool
+    rules: list[tuple[str, str]] = field(default_factory=list)
+
+
+def incident_row(incident: Incident, now: datetime, silence: Silence | None) -> IncidentRow:
+    since = when(incident.since, now)
+    last_seen = when(incident.last_seen_at, now)
+    assert since is not None and last_seen is not None  # required fields
+    return IncidentRow(
+        id=incident.pk,
+        url=incident.get_absolute_url(),
+        key=incident.key,
+        rule=incident.rule,
+        rule_label=incident.get_rule_display(),
+        severity=incident.severity,
+        state=incident.state,
+        cluster=incident.cluster,
+        title=incident.title,
+        since=since,
+        opened=when(incident.opened_at, now),
+        last_seen=last_seen,
+        resolved=when(incident.resolved_at, now),
+        duration=format_duration(incident.duration(now).total_seconds()),
+        resolution=incident.resolution,
+        acknowledged_by=incident.acknowledged_by.get_username() if incident.acknowledged_by else "",
+        acknowledged=when(incident.acknowledged_at, now),
+        silenced_until=when(silence.ends_at, now) if silence else None,
+        hold=incident.get_hold_display() if incident.hold else "",
+    )
+
+
+def _filtered(filters: IncidentFilters) -> Any:
+    incidents = Incident.objects.select_related("acknowledged_by")
+    if filters.rule:
+        incidents = incidents.filter(rule=filters.rule)
+    if filters.severity:
+        incidents = incidents.filter(severity=filters.severity)
+    if filters.cluster:
+        incidents = incidents.filter(cluster=filters.cluster)
+    if filters.q:
+        incidents = incidents.filter(Q(title__icontains=filters.q) | Q(key__icontains=filters.q))
+    return incidents
+
+
+def evaluator_info(now: datetime) -> EvaluatorInfo:
+    status = EvaluatorStatus.objects.filter(pk=1).first()
+    interval = settings.ALERT_EVAL_SECONDS
+    last = status.last_finished_at if status else None
+    silent = last is None or now - last > timedelta(seconds=max(3 * interval, 30))
+    return EvaluatorInfo(
+        last_run=when(last, now),
+        silent=silent,
+        last_error=status.last_error if status else "",
+        interval=interval,
+    )
+
+
+def incident_tables(filters: IncidentFilters, now: datetime) -> IncidentTables:
+    """Open incidents (critical, then unacknowledged, then newest first); recent resolved."""
+    incidents = _filtered(filters)
+    show_open = filters.state in ("", "open")
+    show_resolved = filters.state in ("", "resolved")
+    open_incidents = list(incidents.filter(state=IncidentState.FIRING)) if show_open else []
+    open_incidents.sort(key=lambda i: i.opened_at or i.since, reverse=True)
+    open_incidents.sort(key=lambda i: (-severity_rank(i.severity), i.acknowledged_at is not None))
+    limit = RESOLVED_FILTERED_LIMIT if filters.state == "resolved" else RESOLVED_LIMIT
+    resolved = (
+        list(incidents.filter(state=IncidentState.RESOLVED).order_by("-resolved_at", "-id")[:limit])
+        if show_resolved
+        else []
+    )
+    silences = active_silences(now, {i.key for i in open_incidents})
+    clusters = sorted(
+        set(
+            Incident.objects.exclude(cluster="")
+            .exclude(state=IncidentState.PENDING)
+            .values_list("cluster", flat=True)
+            .distinct()
+        )
+    )
+    return IncidentTables(
+        open=[incident_row(i, now, silences.get(i.key)) for i in open_incidents],
+        resolved=[incident_row(i, now, None) for i in resolved],
+        resolved_limit=limit,
+        clusters=clusters,
+        evaluator=evaluator_info(now),
+        server_now=iso_js(now),
+        show_open=show_open,
+        show_resolved=show_resolved,
+        rules=[(rule.value, rule.label) for rule in RULE_SPECS],
+    )

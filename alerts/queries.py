@@ -1,0 +1,93 @@
+"""Read-side queries of the alerts app: silences, badge counts, metrics. Nothing writes.
+
+Page presenters (`alerts.presenters`), the API, mail planning and delivery read through
+these, so "which silence applies" has one answer everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, Min, Q
+
+from alerts.models import (
+    AlertSubscription,
+    DeliveryState,
+    EvaluatorStatus,
+    Incident,
+    IncidentState,
+    Notification,
+    Rule,
+    Severity,
+    Silence,
+)
+
+
+def active_silences(now: datetime, keys: Iterable[str] | None = None) -> dict[str, Silence]:
+    """Dedup key -> its active silence (of several, the one that lasts longest).
+
+    `keys` narrows the query to those keys; None means every active silence.
+    """
+    silences = Silence.objects.active(now).select_related("created_by").order_by("ends_at")
+    if keys is not None:
+        wanted = set(keys)
+        if not wanted:
+            return {}
+        silences = silences.filter(key__in=wanted)
+    # Ordered by end: a later row replaces an earlier one, so the longest silence wins.
+    return {silence.key: silence for silence in silences}
+
+
+def incident_exists(incident_id: int) -> bool:
+    """A shown incident (pending ones are not incidents yet)."""
+    return Incident.objects.filter(pk=incident_id).exclude(state=IncidentState.PENDING).exists()
+
+
+def subscription_of(user: Any) -> AlertSubscription | None:
+    return AlertSubscription.objects.filter(user=user).first()
+
+
+def open_incident_counts() -> dict[str, int]:
+    """For the navigation badge: open incidents, critical ones, unacknowledged ones."""
+    counts = Incident.objects.filter(state=IncidentState.FIRING).aggregate(
+        count=Count("id"),
+        critical=Count("id", filter=Q(severity=Severity.CRITICAL)),
+        unacknowledged=Count("id", filter=Q(acknowledged_at__isnull=True)),
+    )
+    return {key: int(value or 0) for key, value in counts.items()}
+
+
+@dataclass(slots=True)
+class AlertMetrics:
+    open_incidents: dict[tuple[str, str], int]
+    notifications: dict[str, int]
+    evaluation_age_seconds: float | None
+    oldest_unsent_seconds: float | None
+
+
+def alert_metrics(now: datetime) -> AlertMetrics:
+    """What the Prometheus collector exports: every rule x severity and state, zeros too."""
+    open_counts = {(rule, severity): 0 for rule in Rule.values for severity in Severity.values}
+    for row in (
+        Incident.objects.filter(state=IncidentState.FIRING)
+        .values("rule", "severity")
+        .annotate(count=Count("id"))
+        .order_by()
+    ):
+        open_counts[(row["rule"], row["severity"])] = row["count"]
+    states = dict.fromkeys(DeliveryState.values, 0)
+    for row in Notification.objects.values("state").annotate(count=Count("id")).order_by():
+        states[row["state"]] = row["count"]
+    oldest = Notification.objects.filter(
+        state__in=[DeliveryState.PENDING, DeliveryState.SENDING]
+    ).aggregate(oldest=Min("created_at"))["oldest"]
+    status = EvaluatorStatus.objects.filter(pk=1).values_list("last_finished_at", flat=True).first()
+    return AlertMetrics(
+        open_incidents=open_counts,
+        notifications=states,
+        evaluation_age_seconds=(now - status).total_seconds() if status else None,
+        oldest_unsent_seconds=(now - oldest).total_seconds() if oldest else None,
+    )
