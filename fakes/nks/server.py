@@ -591,11 +591,6 @@ class FakeNks:
                     cluster = state.find_cluster(cluster_ref)
                     group = state.find_nodegroup(cluster, group_ref)
                     return 200, state.nodegroup_json(cluster, group, detail=True), {}
-            case ["clusters", cluster_ref, "nodegroups", group_ref, "autoscale"]:
-                only("GET")
-                with state.lock:
-                    cluster = state.find_cluster(cluster_ref)
-                    return 200, state.autoscale_json(state.find_nodegroup(cluster, group_ref)), {}
             case ["clusters", cluster_uuid, "events"]:
                 only("GET")
                 with state.lock:

@@ -99,9 +99,6 @@ class FakeNodegroup:
     stack_id: str = ""
     is_default: bool = False
     labels: dict[str, Any] = field(default_factory=dict)
-    # Served by /autoscale; None means "derived from the ca_* labels, typed as in the guide's
-    # example" (booleans and integers where the labels hold strings).
-    autoscale: dict[str, Any] | None = None
     # When set, every resize of this nodegroup fails with this reason.
     fail_resizes_with: str | None = None
     # Quirk: counts rendered as strings ("2") in the list answer.
@@ -589,25 +586,6 @@ class FakeNksState:
                 )
             data.update(group.detail_overrides if detail else group.list_overrides)
             return data
-
-    @staticmethod
-    def autoscale_json(group: FakeNodegroup) -> dict[str, Any]:
-        if group.autoscale is not None:
-            return dict(group.autoscale)
-
-        def typed(value: Any) -> Any:
-            # The guide's autoscale example answers true/10 where the labels say "True"/"10".
-            if isinstance(value, str):
-                if value.lower() in ("true", "false"):
-                    return value.lower() == "true"
-                if value.isdigit():
-                    return int(value)
-            return value
-
-        answer = {key: typed(value) for key, value in group.labels.items() if key.startswith("ca_")}
-        answer.setdefault("ca_enable", False)
-        answer["clusterautoscale"] = "nodegroupfeature"
-        return answer
 
     def event_json(self, event: FakeEvent) -> dict[str, Any]:
         data: dict[str, Any] = {

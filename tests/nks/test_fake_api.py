@@ -213,15 +213,6 @@ def test_nodegroups_have_the_guides_fields(fake_nks: FakeNks, token: str) -> Non
     assert gpu["max_node_count"] is None
 
 
-def test_autoscale_answers_typed_values_like_the_guides_example(
-    fake_nks: FakeNks, token: str
-) -> None:
-    path = "/v1/clusters/prod-api/nodegroups/batch-worker/autoscale"
-    _, answer, _ = call(fake_nks, "GET", path, token=token)
-    assert answer["ca_enable"] is True
-    assert answer["ca_max_node_count"] == 6
-
-
 def test_events_are_addressed_by_cluster_uuid_only(fake_nks: FakeNks, token: str) -> None:
     uuid = fake_nks.state.find_cluster("prod-api").uuid
     assert call(fake_nks, "GET", "/v1/clusters/prod-api/events", token=token)[0] == 404
