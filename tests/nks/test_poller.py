@@ -101,6 +101,19 @@ def test_quirks_of_the_guide_are_stored_sensibly(polled: NksAccount) -> None:
     assert {node["ready"] for node in legacy_default.nodes} == {True}
 
 
+def test_the_client_and_the_models_share_one_freshness_and_one_event_state(
+    polled: NksAccount,
+) -> None:
+    from nks import client
+
+    assert client.Freshness is Freshness and client.EventState is EventState
+    stored = cluster("prod-api")
+    assert Freshness(stored.freshness).label == "fresh"
+    event = NksEvent.objects.filter(cluster=stored).first()
+    assert event is not None
+    assert event.get_state_display() == EventState(event.state).label
+
+
 def test_unreadable_health_reason_is_unknown_with_the_reason_why(
     nks_account: NksAccount, fake_nks: FakeNks
 ) -> None:
