@@ -27,37 +27,42 @@ from dashboard.timefmt import format_duration, mail_moment_text
 @transaction.atomic
 def acknowledge_incident(incident_id: int, user: AbstractBaseUser) -> bool:
     """Someone is on it: no reminders for this incident. False if open no more or done."""
-    now = timezone.now()
-    done = Incident.objects.filter(
-        pk=incident_id, state=IncidentState.FIRING, acknowledged_at__isnull=True
-    ).update(acknowledged_by=user, acknowledged_at=now)
-    if done:
-        incident = Incident.objects.get(pk=incident_id)
-        incident_event(
-            incident,
-            IncidentEvent.Kind.ACKNOWLEDGED,
-            f"acknowledged by {user.get_username()}: no more reminders",
-            now,
-            user,
-        ).save()
-    return bool(done)
+    return _set_acknowledgement(
+        incident_id,
+        user,
+        acknowledge=True,
+        kind=IncidentEvent.Kind.ACKNOWLEDGED,
+        text=f"acknowledged by {user.get_username()}: no more reminders",
+    )
 
 
 @transaction.atomic
 def unacknowledge_incident(incident_id: int, user: AbstractBaseUser) -> bool:
+    """Reminders resume. False if it is not open or nobody had acknowledged it."""
+    return _set_acknowledgement(
+        incident_id,
+        user,
+        acknowledge=False,
+        kind=IncidentEvent.Kind.UNACKNOWLEDGED,
+        text=f"{user.get_username()} withdrew the acknowledgement: reminders resume",
+    )
+
+
+def _set_acknowledgement(
+    incident_id: int, user: AbstractBaseUser, *, acknowledge: bool, kind: str, text: str
+) -> bool:
+    # The state the change starts from is part of the UPDATE's condition: of two people
+    # clicking at once, one changes the row and leaves the timeline entry.
     now = timezone.now()
     done = Incident.objects.filter(
-        pk=incident_id, state=IncidentState.FIRING, acknowledged_at__isnull=False
-    ).update(acknowledged_by=None, acknowledged_at=None)
+        pk=incident_id, state=IncidentState.FIRING, acknowledged_at__isnull=acknowledge
+    ).update(
+        acknowledged_by=user if acknowledge else None,
+        acknowledged_at=now if acknowledge else None,
+    )
     if done:
         incident = Incident.objects.get(pk=incident_id)
-        incident_event(
-            incident,
-            IncidentEvent.Kind.UNACKNOWLEDGED,
-            f"{user.get_username()} withdrew the acknowledgement: reminders resume",
-            now,
-            user,
-        ).save()
+        incident_event(incident, kind, text, now, user).save()
     return bool(done)
 
 
