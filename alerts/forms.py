@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django import forms
+from django.core.validators import MaxLengthValidator
+from django.utils.choices import CallableChoiceIterator
 
-from alerts.models import Rule, Severity
+from alerts.models import Incident, IncidentState, Rule, Severity
 
 SILENCE_CHOICES = [
     ("1h", "1 hour"),
@@ -26,15 +29,35 @@ SILENCE_DURATIONS = {
 }
 
 
+def cluster_choices() -> list[tuple[str, str]]:
+    """Clusters that incidents were shown for. Called when the filter bar is drawn."""
+    shown = Incident.objects.exclude(cluster="").exclude(state=IncidentState.PENDING)
+    names = sorted(set(shown.values_list("cluster", flat=True).distinct()))
+    return [("", "any cluster"), *((name, name) for name in names)]
+
+
 class IncidentFilterForm(forms.Form):
+    """Its selects render themselves (``{{ form.rule }}``) with ids ``f-<field>``."""
+
     state = forms.ChoiceField(
         required=False,
+        label="Show",
         choices=[("", "open, then recently resolved"), ("open", "open"), ("resolved", "resolved")],
     )
     rule = forms.ChoiceField(required=False, choices=[("", "any rule"), *Rule.choices])
     severity = forms.ChoiceField(required=False, choices=[("", "any severity"), *Severity.choices])
-    cluster = forms.CharField(required=False, max_length=253)
+    # Text offered as a select: a cluster with no incident yet matches none, it is no error.
+    # A length validator, not max_length, which would also write maxlength= on the <select>.
+    cluster = forms.CharField(
+        required=False,
+        validators=[MaxLengthValidator(253)],
+        widget=forms.Select(choices=CallableChoiceIterator(cluster_choices)),
+    )
     q = forms.CharField(required=False, max_length=200)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "f-%s")
+        super().__init__(*args, **kwargs)
 
     def filters(self) -> dict[str, str]:
         """The valid part of the query: a bad parameter is reported, the rest still applies."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.core.validators import MaxLengthValidator
+from django.utils.choices import CallableChoiceIterator
 
-from leases.models import LeaseClass, LeaseState
+from leases.models import KubeCluster, LeaseClass, LeaseState
 from leases.selectors import (
     DEFAULT_SORT,
     SORT_CHOICES,
@@ -22,11 +24,25 @@ from leases.selectors import (
 YES_NO = [("", "default"), ("true", "yes"), ("false", "no")]
 
 
+def cluster_choices() -> list[tuple[str, str]]:
+    """Every cluster by name. Called when the filter bar is drawn, never for the API."""
+    names = KubeCluster.objects.order_by("name").values_list("name", flat=True)
+    return [("", "any cluster"), *((name, name) for name in names)]
+
+
 class LeaseFilterForm(forms.Form):
-    cluster = forms.CharField(required=False, max_length=63)
+    """Its selects render themselves (``{{ form.state }}``) with ids ``f-<field>``."""
+
+    # Text offered as a select: an unknown cluster matches no lease, it is not an error.
+    # A length validator, not max_length, which would also write maxlength= on the <select>.
+    cluster = forms.CharField(
+        required=False,
+        validators=[MaxLengthValidator(63)],
+        widget=forms.Select(choices=CallableChoiceIterator(cluster_choices)),
+    )
     namespace = forms.CharField(required=False, max_length=253)
     lease_class = forms.ChoiceField(
-        required=False, choices=[("", "any class"), *LeaseClass.choices]
+        required=False, label="Class", choices=[("", "any class"), *LeaseClass.choices]
     )
     state = forms.ChoiceField(required=False, choices=[("", "any state"), *LeaseState.choices])
     q = forms.CharField(required=False, max_length=253)
@@ -37,6 +53,7 @@ class LeaseFilterForm(forms.Form):
     before = forms.CharField(required=False, max_length=2048)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "f-%s")
         super().__init__(*args, **kwargs)
         # The URL parameter is `class`, what engineers type; a Python keyword can only be
         # a field name this way.

@@ -9,7 +9,6 @@ from django.utils import timezone
 from dashboard.htmx import render_page, shared_partial
 from dashboard.timefmt import format_duration
 from leases.forms import LeaseFilterForm
-from leases.models import LeaseClass, LeaseState
 from leases.selectors import (
     FLAP_THRESHOLD,
     FLAP_WINDOW,
@@ -36,8 +35,6 @@ def _lease_list(request: HttpRequest) -> HttpResponse:
         "form": form,
         "filters": filters,
         "table": table,
-        "class_choices": LeaseClass.choices,
-        "state_choices": LeaseState.choices,
         "flap_rule": f"{FLAP_THRESHOLD} or more holder changes in "
         f"{format_duration(FLAP_WINDOW.total_seconds())}",
     }

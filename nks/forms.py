@@ -7,9 +7,10 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
-from django.core.validators import MaxValueValidator
+from django.core.validators import MaxLengthValidator, MaxValueValidator
+from django.utils.choices import CallableChoiceIterator
 
-from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeState
+from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeRequest, ResizeState
 
 
 def node_label(node: dict[str, Any], expired: set[str]) -> str:
@@ -169,16 +170,42 @@ class ResizeForm(forms.Form):
         return {field: [str(error) for error in errors] for field, errors in self.errors.items()}
 
 
-class ResizeFilterForm(forms.Form):
-    """The audit page's filters: cluster (uuid), user (username) and outcome (state)."""
+def resized_cluster_choices() -> list[tuple[str, str]]:
+    """Clusters that have resizes, by name. Called when the filter bar is drawn."""
+    clusters = NksCluster.objects.filter(resizes__isnull=False).order_by("name")
+    return [("", "any cluster"), *clusters.values_list("uuid", "name").distinct()]
 
-    cluster = forms.CharField(required=False, max_length=64)
-    user = forms.CharField(required=False, max_length=150)
+
+def resizer_choices() -> list[tuple[str, str]]:
+    """Everyone who asked for a resize. Called when the filter bar is drawn."""
+    names = ResizeRequest.objects.order_by("username").values_list("username", flat=True)
+    return [("", "anyone"), *((name, name) for name in names.distinct())]
+
+
+class ResizeFilterForm(forms.Form):
+    """The audit page's filters: cluster (uuid), user (username) and outcome (state).
+
+    Its selects render themselves (``{{ form.outcome }}``) with ids ``f-<field>``; cluster and
+    user are text offered as selects, so one that has no resize matches none, without error.
+    Their lengths are validators: ``max_length`` would also write ``maxlength=`` on a select.
+    """
+
+    cluster = forms.CharField(
+        required=False,
+        validators=[MaxLengthValidator(64)],
+        widget=forms.Select(choices=CallableChoiceIterator(resized_cluster_choices)),
+    )
+    user = forms.CharField(
+        required=False,
+        validators=[MaxLengthValidator(150)],
+        widget=forms.Select(choices=CallableChoiceIterator(resizer_choices)),
+    )
     outcome = forms.ChoiceField(
         required=False, choices=[("", "any outcome"), ("in_flight", "in flight")]
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "f-%s")
         super().__init__(*args, **kwargs)
         self.fields["outcome"].choices = [
             ("", "any outcome"),
