@@ -4,6 +4,8 @@ and the server tests and benchmarks talk to over real HTTP.
 Run it with `python manage.py fake_apiserver`, or in-process with `FakeApiServer(...).start()`.
 """
 
+from fakes.kube.kubeconfig import kubeconfig_document
+from fakes.kube.routes import RequestRecord
 from fakes.kube.scenarios import (
     DemoScenario,
     DemoTimings,
@@ -13,7 +15,7 @@ from fakes.kube.scenarios import (
     ScenarioRunner,
     make_scenario,
 )
-from fakes.kube.server import FakeApiServer, RequestRecord, kubeconfig_document
+from fakes.kube.server import FakeApiServer
 from fakes.kube.store import ObjectStore
 
 __all__ = [

@@ -1,0 +1,97 @@
+"""Reading a request: which resource a path names, the verb, and the query's values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from fakes.kube import errors
+from fakes.kube.resources import GROUP, ResourceType
+
+_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request the server answered, for tests that check what a client asked for."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResourcePath:
+    resource: ResourceType
+    version: str
+    namespace: str | None
+    name: str | None
+
+
+def is_true(value: str | None) -> bool:
+    """A query flag as the apiserver reads it (strconv.ParseBool)."""
+    return value in _TRUE
+
+
+def parse_resource_path(path: str, served: Mapping[str, list[ResourceType]]) -> ResourcePath | None:
+    """The resource a path names, or None for discovery and unknown paths."""
+    parts = path.strip("/").split("/")
+    if len(parts) < 4 or parts[0] != "apis" or parts[1] != GROUP:
+        return None
+    version, rest = parts[2], parts[3:]
+    namespace: str | None = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if len(rest) == 1:
+        plural, name = rest[0], None
+    elif len(rest) == 2 and namespace is not None:
+        plural, name = rest
+    else:
+        return None
+    for resource in served.get(version, []):
+        if resource.plural == plural:
+            return ResourcePath(resource, version, namespace, name)
+    return None
+
+
+def verb(method: str, route: ResourcePath, query: dict[str, str]) -> str:
+    if method == "GET":
+        if route.name is not None:
+            return "get"
+        return "watch" if is_true(query.get("watch")) else "list"
+    if method == "DELETE":
+        return "delete" if route.name is not None else "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+
+
+def parse_int(value: str | None, name: str) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise errors.bad_request(f"{name}: Invalid value: {value!r}: must be an integer") from None
+
+
+def parse_resource_version(value: str) -> int:
+    try:
+        parsed = int(value)
+    except ValueError:
+        parsed = -1
+    if parsed < 0:
+        raise errors.bad_request(f"invalid resource version: {value!r}")
+    return parsed
+
+
+def decode_body(resource: ResourceType, version: str, body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        kind = resource.kind
+        raise errors.bad_request(
+            f'{kind} in version "{version}" cannot be handled as a {kind}: {error}'
+        ) from None
