@@ -92,7 +92,6 @@ class IncidentTables:
     open: list[IncidentRow]
     resolved: list[IncidentRow]
     resolved_limit: int
-    clusters: list[str]
     evaluator: EvaluatorInfo
     server_now: str
     show_open: bool
@@ -168,19 +167,10 @@ def incident_tables(filters: IncidentFilters, now: datetime) -> IncidentTables:
         else []
     )
     silences = active_silences(now, {i.key for i in open_incidents})
-    clusters = sorted(
-        set(
-            Incident.objects.exclude(cluster="")
-            .exclude(state=IncidentState.PENDING)
-            .values_list("cluster", flat=True)
-            .distinct()
-        )
-    )
     return IncidentTables(
         open=[incident_row(i, now, silences.get(i.key)) for i in open_incidents],
         resolved=[incident_row(i, now, None) for i in resolved],
         resolved_limit=limit,
-        clusters=clusters,
         evaluator=evaluator_info(now),
         server_now=iso_js(now),
         show_open=show_open,
