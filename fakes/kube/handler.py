@@ -25,7 +25,7 @@ from fakes.kube.routes import (
     parse_resource_version,
 )
 from fakes.kube.selectors import parse_filter
-from fakes.kube.store import with_kind
+from fakes.kube.storage import with_kind
 from fakes.kube.watch import DroppedMidLine, serve_watch
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from fakes.kube import errors
-from fakes.kube.resources import GROUP, ResourceType
+from fakes.kube.resources import GROUP, ResourceType, clean_client_metadata, clean_spec
 
 _TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 
@@ -95,3 +95,58 @@ def decode_body(resource: ResourceType, version: str, body: bytes) -> Any:
         raise errors.bad_request(
             f'{kind} in version "{version}" cannot be handled as a {kind}: {error}'
         ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRequest:
+    """A PUT body, decoded and type-checked before taking the store lock."""
+
+    client_metadata: dict[str, Any]
+    spec: dict[str, Any]
+    resource_version: str | None
+    uid: str | None
+
+    @classmethod
+    def from_body(
+        cls, resource: ResourceType, namespace: str, name: str, body: Any, version: str
+    ) -> UpdateRequest:
+        metadata = request_metadata(resource, body, version)
+        if metadata.get("name") not in (None, "", name):
+            raise errors.bad_request(
+                f"the name of the object ({metadata['name']}) does not match the name on "
+                f"the URL ({name})"
+            )
+        if metadata.get("namespace") not in (None, "", namespace):
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
+            )
+        resource_version = metadata.get("resourceVersion")
+        uid = metadata.get("uid")
+        return cls(
+            client_metadata=clean_client_metadata(resource, metadata, version),
+            spec=clean_spec(resource, body.get("spec"), version),
+            resource_version=str(resource_version) if resource_version else None,
+            uid=str(uid) if uid else None,
+        )
+
+
+def request_metadata(resource: ResourceType, body: Any, version: str) -> Mapping[str, Any]:
+    if not isinstance(body, Mapping):
+        raise errors.bad_request(
+            f'{resource.kind} in version "{version}" cannot be handled as a {resource.kind}: '
+            "the body must be a JSON object"
+        )
+    kind = body.get("kind")
+    if kind not in (None, "", resource.kind):
+        raise errors.bad_request(
+            f'{resource.kind} in version "{version}" cannot be handled as a {resource.kind}: '
+            f"the object provided is of kind {kind!r}"
+        )
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise errors.bad_request(
+            f'{resource.kind} in version "{version}" cannot be handled as a {resource.kind}: '
+            "metadata must be an object"
+        )
+    return metadata

@@ -26,7 +26,8 @@ from fakes.kube.kubeconfig import kubeconfig_document, write_private_file
 from fakes.kube.resources import LEASE_CANDIDATES, LEASES, ResourceType
 from fakes.kube.routes import RequestRecord, ResourcePath, parse_resource_path, verb
 from fakes.kube.scenarios import ScenarioRunner, make_scenario
-from fakes.kube.store import DEFAULT_EVENT_WINDOW, ObjectStore
+from fakes.kube.storage import DEFAULT_EVENT_WINDOW
+from fakes.kube.store import ObjectStore
 
 DEFAULT_BOOKMARK_INTERVAL = 5.0
 # The apiserver picks a random watch timeout in [min-request-timeout, 2x] when none is asked.

@@ -20,7 +20,7 @@ from fakes.kube.errors import ApiError
 from fakes.kube.resources import ResourceType, clean_spec
 from fakes.kube.routes import ResourcePath, is_true, parse_int, parse_resource_version
 from fakes.kube.selectors import ObjectFilter, parse_filter
-from fakes.kube.store import WatchEvent, watch_line
+from fakes.kube.storage import WatchEvent, watch_line
 
 if TYPE_CHECKING:
     from fakes.kube.handler import Handler
