@@ -3,8 +3,9 @@
 Run it with ``python manage.py fake_nks``; use it from Python with :class:`FakeNks`.
 """
 
+from fakes.nks.model import FakeCluster, FakeEvent, FakeNode, FakeNodegroup
 from fakes.nks.server import FakeNks, RecordedRequest
-from fakes.nks.state import FakeCluster, FakeEvent, FakeNksState, FakeNode, FakeNodegroup
+from fakes.nks.state import FakeNksState
 
 __all__ = [
     "FakeCluster",

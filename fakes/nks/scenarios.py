@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import hashlib
 
-from fakes.nks.state import FakeCluster, FakeNksState, FakeNodegroup, stable_uuid
+from fakes.nks.model import FakeCluster, FakeNodegroup, stable_uuid
+from fakes.nks.state import FakeNksState
 
 DEFAULT_TENANT_ID = "5d8cc67593754d5581f7e8986badf358"
 DEFAULT_USERNAME = "oncall@example.com"

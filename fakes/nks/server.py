@@ -30,13 +30,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import unquote, urlsplit
 
+from fakes.nks.model import FakeApiError
 from fakes.nks.scenarios import (
     DEFAULT_PASSWORD,
     DEFAULT_TENANT_ID,
     DEFAULT_USERNAME,
     build_scenario,
 )
-from fakes.nks.state import FakeApiError, FakeNksState
+from fakes.nks.state import FakeNksState
 
 logger = logging.getLogger(__name__)
 
