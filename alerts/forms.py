@@ -72,12 +72,18 @@ class IncidentFilterForm(forms.Form):
 
 
 class SilenceForm(forms.Form):
+    """Rendered field by field on the incident page, with ids ``silence-<field>``."""
+
     duration = forms.ChoiceField(choices=SILENCE_CHOICES, initial="4h")
     reason = forms.CharField(
         required=False,
         max_length=500,
         widget=forms.TextInput(attrs={"placeholder": "e.g. planned maintenance"}),
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "silence-%s")
+        super().__init__(*args, **kwargs)
 
     def duration_delta(self) -> timedelta:
         return SILENCE_DURATIONS[self.cleaned_data["duration"]]
@@ -92,7 +98,12 @@ class SubscriptionForm(forms.Form):
         ],
         label="Which incidents",
     )
-    email = forms.EmailField(required=False, label="At this address (your account's e-mail)")
+    # A text input, as before: the server checks the address and says what is wrong with it.
+    email = forms.EmailField(
+        required=False,
+        label="At this address (your account's e-mail)",
+        widget=forms.TextInput(attrs={"autocomplete": "email", "inputmode": "email"}),
+    )
 
     def clean(self) -> dict[str, object]:
         data = super().clean()

@@ -47,3 +47,9 @@ def incident_row_class(row: Any) -> str:
     if row.acknowledged is not None:
         return ""
     return "row-bad" if row.severity == Severity.CRITICAL else "row-warn"
+
+
+@register.filter
+def badge_class(badge: Any) -> str:
+    """`{{ alerts_badge|badge_class }}`: the navigation badge turns red while a critical is open."""
+    return "nav-badge nav-badge-critical" if badge.critical else "nav-badge"
