@@ -82,8 +82,8 @@ def raw_read_rate(url: str, pipe: Connection) -> float:
     import orjson
     import yaml
 
-    from leases import kube
     from fakes.kube import kubeconfig_document
+    from leases import kube
 
     kubeconfig = yaml.safe_dump(kubeconfig_document(url, token=None, context_name="bench"))
     api = kube.connect(kube.ClusterConfig(kubeconfig=kubeconfig))

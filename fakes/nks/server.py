@@ -26,11 +26,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
-from urllib.parse import unquote, urlsplit
 
-from fakes.nks.model import FakeApiError
+from fakes.nks.handler import HttpServer
+from fakes.nks.routes import IDENTITY_PREFIX, TOKENS_PATH, json_bytes, keystone_error, magnum_error
 from fakes.nks.scenarios import (
     DEFAULT_PASSWORD,
     DEFAULT_TENANT_ID,
@@ -41,9 +40,6 @@ from fakes.nks.state import FakeNksState
 
 logger = logging.getLogger(__name__)
 
-IDENTITY_PREFIX = "/identity"
-TOKENS_PATH = f"{IDENTITY_PREFIX}/v2.0/tokens"
-MAX_BODY_BYTES = 1 << 20
 
 _GATEWAY_PAGE = (
     "<html>\r\n<head><title>{status} {phrase}</title></head>\r\n<body>\r\n"
@@ -62,29 +58,6 @@ _DEFAULT_DETAILS = {
     429: "Too many requests; slow down.",
     500: "Internal Server Error",
 }
-
-
-def _json_bytes(payload: Any) -> bytes:
-    return json.dumps(payload, ensure_ascii=False).encode("utf-8")
-
-
-def magnum_error(status: int, detail: str) -> dict[str, Any]:
-    return {
-        "errors": [
-            {
-                "request_id": "",
-                "code": "client" if status < 500 else "server",
-                "status": status,
-                "title": http.HTTPStatus(status).phrase,
-                "detail": detail,
-                "links": [],
-            }
-        ]
-    }
-
-
-def keystone_error(status: int, message: str) -> dict[str, Any]:
-    return {"error": {"code": status, "title": http.HTTPStatus(status).phrase, "message": message}}
 
 
 @dataclass
@@ -115,119 +88,6 @@ class RecordedRequest:
     headers: Mapping[str, str]
     body: Any  # parsed JSON of API writes; never the identity request (it holds a password)
     at: float
-
-
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    # stop() must not wait for a handler sleeping in an injected delay or a keep-alive read.
-    block_on_close = False
-    # The benchmark opens dozens of connections at once; the default backlog of 5 would make
-    # the kernel drop SYNs and the client wait a second to retransmit.
-    request_queue_size = 256
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], fake: FakeNks) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.fake = fake
-        self.open_connections: set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self.connections_lock:
-            self.open_connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self.connections_lock:
-            self.open_connections.discard(request)
-        super().shutdown_request(request)
-
-    def close_open_connections(self) -> None:
-        with self.connections_lock:
-            connections = list(self.open_connections)
-        for connection in connections:
-            # OSError: the peer closed it already.
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    # HTTP/1.1 keeps connections alive, so the client's connection pool is really exercised.
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in two writes; with Nagle on, the body waits for the client's
-    # delayed ACK (~40 ms per request).
-    disable_nagle_algorithm = True
-    server_version = "FakeNKS/1.0"
-    sys_version = ""
-    server: _HttpServer
-
-    def do_GET(self) -> None:
-        self._handle("GET")
-
-    def do_POST(self) -> None:
-        self._handle("POST")
-
-    def do_PUT(self) -> None:
-        self._handle("PUT")
-
-    def do_PATCH(self) -> None:
-        self._handle("PATCH")
-
-    def do_DELETE(self) -> None:
-        self._handle("DELETE")
-
-    def log_message(self, format: str, *args: Any) -> None:
-        # The stdlib prints every request to stderr; the demo's console has better uses.
-        logger.debug("fake NKS: " + format, *args)
-
-    def _read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            self.close_connection = True
-            return b""
-        return self.rfile.read(length) if length > 0 else b""
-
-    def _handle(self, method: str) -> None:
-        fake = self.server.fake
-        path = urlsplit(self.path).path
-        raw_body = self._read_body()
-        if fake.latency > 0:
-            fake.sleep(fake.latency)
-        fault = fake.take_fault(method, path)
-        if fault is not None and fault.action == "delay":
-            fake.sleep(fault.delay)
-            fault = None
-        if fault is not None and fault.action == "drop":
-            fake.record(method, path, None, self.headers, raw_body)
-            self.close_connection = True
-            return
-
-        extra_headers: dict[str, str] = {}
-        content_type = "application/json"
-        if fault is not None and fault.action in ("status", "html"):
-            status = fault.status
-            body = fault.body or b""
-            content_type = fault.content_type
-            if fault.retry_after is not None:
-                extra_headers["Retry-After"] = fault.retry_after
-        else:
-            status, payload, extra_headers = fake.route(method, path, raw_body, self.headers)
-            body = _json_bytes(payload) if payload is not None else b""
-            if fault is not None and fault.action == "truncate":
-                body = body[: max(1, len(body) // 2)]
-        fake.record(method, path, status, self.headers, raw_body)
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in extra_headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            # The client gave up (its timeout is shorter than an injected delay).
-            self.close_connection = True
 
 
 class FakeNks:
@@ -271,7 +131,7 @@ class FakeNks:
         self._requests: list[RecordedRequest] = []
         self._requests_lock = threading.Lock()
         self._stopping = threading.Event()
-        self._server: _HttpServer | None = None
+        self._server: HttpServer | None = None
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -280,7 +140,7 @@ class FakeNks:
         if self._server is not None:
             raise RuntimeError("this FakeNks is already running")
         self._stopping.clear()
-        self._server = _HttpServer((self.host, self.port), self)
+        self._server = HttpServer((self.host, self.port), self)
         self.port = self._server.server_address[1]
         self.state.public_url = self.url
         self._thread = threading.Thread(
@@ -387,13 +247,13 @@ class FakeNks:
             phrase = http.HTTPStatus(status).phrase
             if status == 401:
                 payload = keystone_error(401, "The request you have made requires authentication.")
-                body, content_type = _json_bytes(payload), content_type or "application/json"
+                body, content_type = json_bytes(payload), content_type or "application/json"
             elif status in (502, 503, 504):
                 body = _GATEWAY_PAGE.format(status=status, phrase=phrase).encode()
                 content_type = content_type or "text/html"
             else:
                 detail = _DEFAULT_DETAILS.get(status, f"{phrase} (injected by the fake NKS)")
-                body, content_type = _json_bytes(magnum_error(status, detail)), "application/json"
+                body, content_type = json_bytes(magnum_error(status, detail)), "application/json"
         elif isinstance(body, str):
             body = body.encode("utf-8")
         self._add_fault(
@@ -510,108 +370,3 @@ class FakeNks:
     def clear_requests(self) -> None:
         with self._requests_lock:
             self._requests.clear()
-
-    # ---- routing -----------------------------------------------------------------------
-
-    def route(
-        self, method: str, path: str, raw_body: bytes, headers: Mapping[str, str]
-    ) -> tuple[int, Any, dict[str, str]]:
-        state = self.state
-        state.advance()
-        try:
-            if path == TOKENS_PATH:
-                if method != "POST":
-                    raise FakeApiError(405, "Use POST to ask for a token.", keystone=True)
-                return 200, state.issue_token(_parse_json(raw_body, keystone=True)), {}
-            if not path.startswith("/v1/"):
-                raise FakeApiError(404, "The resource could not be found.")
-            if not state.token_is_valid(headers.get("X-Auth-Token")):
-                message = "The request you have made requires authentication."
-                return 401, keystone_error(401, message), {"WWW-Authenticate": "Keystone"}
-            segments = [unquote(part) for part in path.split("/")[2:]]
-            if segments and segments[-1] == "":
-                segments.pop()
-            return self._route_api(method, segments, raw_body)
-        except FakeApiError as exc:
-            if exc.keystone:
-                return exc.status, keystone_error(exc.status, exc.detail), {}
-            return exc.status, magnum_error(exc.status, exc.detail), {}
-
-    def _route_api(
-        self, method: str, segments: list[str], raw_body: bytes
-    ) -> tuple[int, Any, dict[str, str]]:
-        state = self.state
-
-        def only(allowed: str) -> None:
-            if method != allowed:
-                raise FakeApiError(405, f"Method {method} is not allowed here; use {allowed}.")
-
-        match segments:
-            case ["supports"]:
-                only("GET")
-                return (
-                    200,
-                    {
-                        "supported_k8s": dict(state.supported_k8s),
-                        "supported_event_type": dict(state.supported_event_types),
-                    },
-                    {},
-                )
-            case ["clusters"]:
-                only("GET")
-                return 200, state.cluster_list_json(), {}
-            case ["clusters", cluster_ref]:
-                only("GET")
-                with state.lock:
-                    cluster = state.find_cluster(cluster_ref)
-                    return 200, state.cluster_json(cluster, detail=True), {}
-            case ["clusters", cluster_ref, "config"]:
-                only("GET")
-                with state.lock:
-                    return (
-                        200,
-                        {"config": state.kubeconfig_for(state.find_cluster(cluster_ref))},
-                        {},
-                    )
-            case ["clusters", cluster_ref, "actions", "resize"]:
-                only("POST")
-                cluster_uuid = state.resize(cluster_ref, _parse_json(raw_body, keystone=False))
-                return 202, {"uuid": cluster_uuid}, {}
-            case ["clusters", cluster_ref, "nodegroups"]:
-                only("GET")
-                with state.lock:
-                    cluster = state.find_cluster(cluster_ref)
-                    groups = [
-                        state.nodegroup_json(cluster, group, detail=False)
-                        for group in cluster.nodegroups
-                    ]
-                    return 200, {"nodegroups": groups}, {}
-            case ["clusters", cluster_ref, "nodegroups", group_ref]:
-                only("GET")
-                with state.lock:
-                    cluster = state.find_cluster(cluster_ref)
-                    group = state.find_nodegroup(cluster, group_ref)
-                    return 200, state.nodegroup_json(cluster, group, detail=True), {}
-            case ["clusters", cluster_uuid, "events"]:
-                only("GET")
-                with state.lock:
-                    cluster = state.find_cluster_by_uuid(cluster_uuid)
-                    events = sorted(cluster.events, key=lambda event: event.id)
-                    return 200, {"events": [state.event_json(event) for event in events]}, {}
-            case ["clusters", cluster_uuid, "events", event_uuid]:
-                only("GET")
-                with state.lock:
-                    cluster = state.find_cluster_by_uuid(cluster_uuid)
-                    for event in cluster.events:
-                        if event.uuid == event_uuid:
-                            return 200, state.event_json(event), {}
-                raise FakeApiError(404, f"Event {event_uuid} could not be found.")
-            case _:
-                raise FakeApiError(404, "The resource could not be found.")
-
-
-def _parse_json(raw_body: bytes, *, keystone: bool) -> Any:
-    try:
-        return json.loads(raw_body or b"null")
-    except ValueError:
-        raise FakeApiError(400, "The request body is not valid JSON.", keystone=keystone) from None

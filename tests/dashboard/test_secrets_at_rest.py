@@ -21,10 +21,10 @@ from django.test import Client
 
 from dashboard.encryption import CIPHERTEXT_PREFIX, UnreadableSecret, secret_problem
 from fakes.kube import FakeApiServer, kubeconfig_document
+from fakes.nks import FakeNks
 from leases.models import KubeCluster
 from leases.services import register_kube_cluster
 from leases.watcher import Backoff, LeaseWatcher
-from fakes.nks import FakeNks
 from nks.models import NksAccount
 from nks.poller import poll_account
 from nks.services import register_nks_account

@@ -31,11 +31,11 @@ from django.test import Client
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from leases import kube
 from fakes.kube import FakeApiServer, kubeconfig_document
+from fakes.nks import FakeNks
+from leases import kube
 from leases.models import KubeCluster
 from leases.services import register_kube_cluster
-from fakes.nks import FakeNks
 from nks.models import NksCluster
 from tests.leases.test_watcher import RunningWatcher, eventually
 from tests.nks.conftest import fake_nks, nks_account, nks_settings, polled

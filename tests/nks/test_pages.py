@@ -12,8 +12,8 @@ from django.contrib.auth.models import Group
 from django.test import Client
 from django.utils import timezone
 
-from leases.models import KubeCluster
 from fakes.nks import FakeNks
+from leases.models import KubeCluster
 from nks.models import NksAccount, NksCluster, stale_after
 from nks.poller import poll_account
 from nks.services import register_nks_account

@@ -8,9 +8,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from fakes.kube import kubeconfig_document
-from leases.services import register_kube_cluster
+from fakes.nks.routes import IDENTITY_PREFIX
 from fakes.nks.scenarios import DEFAULT_PASSWORD, DEFAULT_TENANT_ID, DEFAULT_USERNAME
-from fakes.nks.server import IDENTITY_PREFIX
+from leases.services import register_kube_cluster
 from nks.services import register_nks_account
 
 DEMO_CLUSTER = "demo"
