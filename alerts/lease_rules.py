@@ -20,8 +20,8 @@ from alerts.conditions import (
     time_fact,
 )
 from alerts.models import Rule
+from dashboard.links import lease_url
 from leases.models import WATCHER_STALE_AFTER, KubeCluster, Lease, LeaseClass, LeaseTransition
-from leases.selectors import lease_url
 
 # Lease classes whose expiry means a leader is gone. API server identity leases expire
 # whenever an API server is replaced, which is routine.
@@ -140,7 +140,7 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
 def lease_flapping(ctx: RuleContext) -> RuleOutcome:
     """``threshold`` or more holder changes within ``window_seconds``: one incident per lease.
 
-    The Leases page's definition of flapping (`leases.selectors.flapping_lease_ids`): only
+    The Leases page's definition of flapping (`leases.flapping.flapping_lease_ids`): only
     changes the watcher saw count, one per transition row; `missed` changes happened at
     unknown times. The window and threshold are configurable here, hence the query of its
     own. With hysteresis: an open incident stays open while any change happened within the

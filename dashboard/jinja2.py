@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from django.template import engines
 from django.templatetags.static import static
 from django.urls import reverse
+from django.utils.module_loading import import_string
 from django.utils.safestring import SafeString, mark_safe
 from jinja2 import Environment, StrictUndefined
 
@@ -25,8 +26,11 @@ def environment(**options: Any) -> Environment:
     options["undefined"] = StrictUndefined
     options.setdefault("trim_blocks", True)
     options.setdefault("lstrip_blocks", True)
+    # Dotted paths, so that this neutral module imports no feature app's template tags.
+    filters = {name: import_string(path) for name, path in options.pop("filters", {}).items()}
     env = Environment(autoescape=True, **options)
     env.globals.update(url=reverse, static=static)
+    env.filters.update(filters)
     return env
 
 

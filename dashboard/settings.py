@@ -193,7 +193,11 @@ TEMPLATES = [
         "BACKEND": "django.template.backends.jinja2.Jinja2",
         "DIRS": [BASE_DIR / "templates" / "jinja2"],
         "APP_DIRS": False,
-        "OPTIONS": {"environment": "dashboard.jinja2.environment"},
+        "OPTIONS": {
+            "environment": "dashboard.jinja2.environment",
+            # Jinja2 has no {% load %}: the Django template filters its templates use, by name.
+            "filters": {"lease_state_pill": "leases.templatetags.lease_css.lease_state_pill"},
+        },
     },
 ]
 

@@ -14,7 +14,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from dashboard.api import api_view, json_response
 from dashboard.htmx import render_page
 from dashboard.services import can_change_clusters, worker_status
-from leases.selectors import leases_overview
+from leases.presenters.overview import leases_overview
 from nks.selectors import nks_overview
 
 

@@ -6,8 +6,8 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from dashboard.api import api_view, json_error, json_response
+from leases.api_presenters import api_lease_detail, api_lease_page
 from leases.forms import LeaseFilterForm
-from leases.selectors import api_lease_detail, api_lease_page
 
 
 @api_view()

@@ -8,16 +8,16 @@ from django import forms
 from django.core.validators import MaxLengthValidator
 from django.utils.choices import CallableChoiceIterator
 
-from leases.models import KubeCluster, LeaseClass, LeaseState
-from leases.selectors import (
+from leases.cursors import (
     DEFAULT_SORT,
     SORT_CHOICES,
     SORT_KEYS,
     Cursor,
     CursorError,
-    LeaseFilters,
     decode_cursor,
 )
+from leases.models import KubeCluster, LeaseClass, LeaseState
+from leases.queries import LeaseFilters
 
 # Strict on purpose: a script that sends `deleted=yes` should hear it was not understood
 # rather than silently get the default.

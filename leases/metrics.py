@@ -8,14 +8,116 @@ node lease: per-lease series exist only for leader-election and control-plane le
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 
+from django.db.models import Count, Q
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dashboard.metrics import DatabaseCollector
-from leases.selectors import lease_counts, per_lease_metrics, watch_metrics
+from leases.models import KubeCluster, Lease, LeaseClass, LeaseState
+from leases.queries import expired_condition
 
 PREFIX = "lease_dashboard"
+# Per-lease series only for classes with a handful of leases per cluster: node heartbeats
+# would add one series per node.
+PER_LEASE_METRIC_CLASSES = (LeaseClass.LEADER_ELECTION, LeaseClass.CONTROL_PLANE)
+
+
+@dataclass(slots=True)
+class WatchMetrics:
+    cluster: str
+    events_total: int
+    reconnects_total: int
+    relists_total: int
+    lag_seconds: float
+    connected: bool
+    stale: bool
+    last_event_age_seconds: float | None
+
+
+def watch_metrics(now: datetime) -> list[WatchMetrics]:
+    clusters = KubeCluster.objects.defer("kubeconfig").order_by("name")
+    return [
+        WatchMetrics(
+            cluster=cluster.name,
+            events_total=cluster.events_total,
+            reconnects_total=cluster.reconnects_total,
+            relists_total=cluster.relists_total,
+            lag_seconds=cluster.lag_seconds,
+            connected=cluster.connected,
+            stale=cluster.is_stale(now),
+            last_event_age_seconds=(
+                (now - cluster.last_event_at).total_seconds() if cluster.last_event_at else None
+            ),
+        )
+        for cluster in clusters
+    ]
+
+
+def lease_counts(now: datetime) -> dict[tuple[str, str, str], int]:
+    """(cluster, class, state) -> number of live leases, zero-filled so series never vanish."""
+    names = dict(KubeCluster.objects.values_list("id", "name"))
+    expired = expired_condition(now)
+    rows = (
+        Lease.objects.live()
+        .values("cluster_id", "lease_class")
+        .annotate(
+            total=Count("id"),
+            released=Count("id", filter=Q(holder="")),
+            expired=Count("id", filter=expired),
+        )
+        .order_by()
+    )
+    counts = {
+        (cluster, lease_class, state): 0
+        for cluster in names.values()
+        for lease_class in LeaseClass.values
+        for state in LeaseState.values
+    }
+    for row in rows:
+        cluster = names.get(row["cluster_id"])
+        if cluster is None:
+            continue
+        key = (cluster, row["lease_class"])
+        counts[(*key, LeaseState.RELEASED.value)] = row["released"]
+        counts[(*key, LeaseState.EXPIRED.value)] = row["expired"]
+        counts[(*key, LeaseState.HELD.value)] = row["total"] - row["released"] - row["expired"]
+    return counts
+
+
+@dataclass(slots=True)
+class LeaseMetric:
+    cluster: str
+    namespace: str
+    name: str
+    seconds_until_expiry: float | None
+    transitions: int | None
+
+
+def per_lease_metrics(now: datetime) -> list[LeaseMetric]:
+    """Leader-election and control-plane leases only: a bounded number of series."""
+    names = dict(KubeCluster.objects.values_list("id", "name"))
+    rows = (
+        Lease.objects.live()
+        .filter(lease_class__in=PER_LEASE_METRIC_CLASSES)
+        .order_by("cluster_id", "namespace", "name")
+        .values_list("cluster_id", "namespace", "name", "holder", "expires_at", "lease_transitions")
+    )
+    return [
+        LeaseMetric(
+            cluster=names.get(cluster_id, "?"),
+            namespace=namespace,
+            name=name,
+            # A released lease has no meaningful expiry.
+            seconds_until_expiry=(
+                (expires_at - now).total_seconds() if holder and expires_at else None
+            ),
+            transitions=transitions,
+        )
+        for cluster_id, namespace, name, holder, expires_at, transitions in rows
+    ]
 
 
 class LeaseCollector(DatabaseCollector):

@@ -8,15 +8,12 @@ from django.utils import timezone
 
 from dashboard.htmx import render_page, shared_partial
 from dashboard.timefmt import format_duration
+from leases.flapping import FLAP_THRESHOLD, FLAP_WINDOW
 from leases.forms import LeaseFilterForm
-from leases.selectors import (
-    FLAP_THRESHOLD,
-    FLAP_WINDOW,
-    cluster_statuses,
-    lease_detail,
-    lease_table,
-    namespaces,
-)
+from leases.presenters.lease_detail import lease_detail
+from leases.presenters.lease_table import lease_table
+from leases.presenters.watchers import cluster_statuses
+from leases.queries import namespaces
 
 
 def lease_list(request: HttpRequest) -> HttpResponse:

@@ -19,6 +19,7 @@ from django.db.models import F, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboard.links import lease_url
 from dashboard.timefmt import (
     When,
     api_time,
@@ -28,8 +29,7 @@ from dashboard.timefmt import (
     local_moment_text,
     when,
 )
-from leases.models import KubeCluster, Lease, LeaseClass, LeaseState
-from leases.selectors import lease_url, state_of
+from leases.models import KubeCluster, Lease, LeaseClass, LeaseState, lease_state
 from nks.models import (
     HEALTH_RANK,
     IN_FLIGHT_STATES,
@@ -641,7 +641,7 @@ def node_leases(
     held = expired = 0
     expired_names: set[str] = set()
     for lease in leases:
-        state = state_of(lease["holder"], lease["expires_at"], now)
+        state = lease_state(lease["holder"], lease["expires_at"], now)
         if state == LeaseState.EXPIRED:
             expired += 1
             expired_names.add(lease["name"])

@@ -14,8 +14,8 @@ from alerts.conditions import Condition
 from alerts.models import AlertRule, Incident, IncidentEvent, IncidentState, Rule
 from alerts.rules import load_rule_configs
 from dashboard.locks import ExpiringLock
+from leases.flapping import FLAP_THRESHOLD, FLAP_WINDOW
 from leases.models import KubeCluster, Lease, LeaseTransition
-from leases.selectors import FLAP_THRESHOLD, FLAP_WINDOW
 from nks.models import Freshness, NksAccount, NksCluster, NksNodegroup, ResizeState
 from tests.alerts.conftest import Clock, evaluate, keep_fresh
 from tests.alerts.factories import (

@@ -19,7 +19,7 @@ import time_machine
 from django.test import Client
 
 from dashboard.models import ApiToken
-from leases.selectors import encode_cursor
+from leases.cursors import encode_cursor
 from tests.leases.factories import NOW, make_cluster, make_lease
 
 pytestmark = pytest.mark.django_db

@@ -8,24 +8,22 @@ import time_machine
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboard.links import lease_url
 from dashboard.timefmt import format_duration
-from leases.models import Lease, LeaseState
-from leases.selectors import (
+from leases.cursors import (
     MAX_CURSOR_CHARS,
     SORT_KEYS,
     Cursor,
     CursorError,
-    LeaseFilters,
     decode_cursor,
     encode_cursor,
-    filter_leases,
-    flap_counts,
-    holder_timeline,
-    keyset_page,
-    lease_table,
-    lease_url,
-    leases_overview,
 )
+from leases.flapping import flap_counts
+from leases.models import Lease, LeaseState
+from leases.presenters.lease_detail import holder_timeline
+from leases.presenters.lease_table import lease_table
+from leases.presenters.overview import leases_overview
+from leases.queries import LeaseFilters, filter_leases, keyset_page
 from tests.leases.factories import NOW, make_cluster, make_lease, make_transition
 
 pytestmark = pytest.mark.django_db

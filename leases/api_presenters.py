@@ -1,0 +1,125 @@
+"""The Leases JSON API's bodies (leases/api.py): plain dicts with exact UTC times."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from dashboard.timefmt import api_time
+from leases.cursors import Cursor
+from leases.models import (
+    KubeCluster,
+    Lease,
+    LeaseCandidate,
+    LeaseTransition,
+    lease_state,
+)
+from leases.queries import (
+    LeaseFilters,
+    filter_leases,
+    keyset_page,
+)
+
+API_PAGE_SIZE = 500
+# A flapping lease can have thousands of transitions: the API shows the newest.
+API_HISTORY_LIMIT = 1000
+
+API_FIELDS = (
+    "id",
+    "cluster_id",
+    "namespace",
+    "name",
+    "lease_class",
+    "holder",
+    "acquire_time",
+    "renew_time",
+    "lease_duration_seconds",
+    "expires_at",
+    "lease_transitions",
+    "deleted_at",
+)
+
+
+def api_lease(row: Mapping[str, Any], cluster: str, now: datetime) -> dict[str, Any]:
+    return {
+        "cluster": cluster,
+        "namespace": row["namespace"],
+        "name": row["name"],
+        "class": row["lease_class"],
+        "holder": row["holder"],
+        "acquire_time": api_time(row["acquire_time"]),
+        "renew_time": api_time(row["renew_time"]),
+        "lease_duration_seconds": row["lease_duration_seconds"],
+        "expires_at": api_time(row["expires_at"]),
+        "state": lease_state(row["holder"], row["expires_at"], now).value,
+        "transitions": row["lease_transitions"],
+        "deleted": row["deleted_at"] is not None,
+    }
+
+
+def api_lease_page(
+    filters: LeaseFilters, now: datetime, cursor: Cursor | None, limit: int = API_PAGE_SIZE
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of leases as API dicts and the cursor of the next page (None: last page)."""
+    names = dict(KubeCluster.objects.values_list("id", "name"))
+    leases = filter_leases(filters, now, {name: pk for pk, name in names.items()})
+    page = keyset_page(leases, filters, cursor, limit, API_FIELDS)
+    results = [api_lease(row, names[row["cluster_id"]], now) for row in page.rows]
+    return results, page.next_cursor
+
+
+def api_lease_detail(
+    cluster: str, namespace: str, name: str, now: datetime
+) -> tuple[dict[str, Any], bool] | None:
+    """The lease, its newest API_HISTORY_LIMIT holder changes (oldest first), candidates.
+
+    The second value says whether older history was left out.
+    """
+    row = (
+        Lease.objects.filter(cluster__name=cluster, namespace=namespace, name=name)
+        .values(*API_FIELDS)
+        .first()
+    )
+    if row is None:
+        return None
+    body = api_lease(row, cluster, now)
+    newest = list(
+        LeaseTransition.objects.filter(lease_id=row["id"])
+        .order_by("-observed_at", "-id")
+        .values("from_holder", "to_holder", "observed_at", "lease_transitions", "missed")[
+            : API_HISTORY_LIMIT + 1
+        ]
+    )
+    truncated = len(newest) > API_HISTORY_LIMIT
+    body["history"] = [
+        {
+            "from_holder": change["from_holder"],
+            "to_holder": change["to_holder"],
+            "observed_at": api_time(change["observed_at"]),
+            "lease_transitions": change["lease_transitions"],
+            "missed": change["missed"],
+        }
+        for change in reversed(newest[:API_HISTORY_LIMIT])
+    ]
+    body["candidates"] = [
+        {
+            "name": candidate["name"],
+            "binary_version": candidate["binary_version"],
+            "emulation_version": candidate["emulation_version"],
+            "strategy": candidate["strategy"],
+            "renew_time": api_time(candidate["renew_time"]),
+            "ping_time": api_time(candidate["ping_time"]),
+        }
+        for candidate in LeaseCandidate.objects.filter(
+            cluster_id=row["cluster_id"],
+            namespace=namespace,
+            lease_name=name,
+            deleted_at__isnull=True,
+        )
+        .order_by("name")
+        .values(
+            "name", "binary_version", "emulation_version", "strategy", "renew_time", "ping_time"
+        )
+    ]
+    return body, truncated

@@ -1,0 +1,201 @@
+"""One lease: its state, who held it from when to when, and the candidates for it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.db.models import Count, Sum
+
+from dashboard.timefmt import When, format_duration, iso_js, when
+from leases.flapping import FLAP_THRESHOLD, FLAP_WINDOW, flap_counts
+from leases.models import (
+    Lease,
+    LeaseCandidate,
+    LeaseTransition,
+)
+from leases.presenters.display import (
+    CLASS_LABELS,
+    expiry_text,
+    leases_prefix,
+)
+from leases.presenters.watchers import ClusterStatus, cluster_status
+
+# A candidate answers the API server's pings by renewing; one that has not renewed for a
+# minute is not taking part in the election any more.
+CANDIDATE_ALIVE_WITHIN = timedelta(minutes=1)
+# A flapping lease can have thousands of transitions: the page shows the newest.
+TIMELINE_LIMIT = 200
+
+
+@dataclass(slots=True)
+class HolderPeriod:
+    holder: str
+    start: When | None
+    end: When | None
+    duration: str
+    current: bool
+    # Holder changes that happened unseen just before this period began.
+    missed_before: int
+
+
+@dataclass(slots=True)
+class CandidateRow:
+    namespace: str
+    name: str
+    binary_version: str
+    emulation_version: str
+    strategy: str
+    renewed: When | None
+    pinged: When | None
+    alive: bool
+
+
+@dataclass(slots=True)
+class LeaseDetail:
+    lease: Lease
+    cluster: ClusterStatus
+    state: str
+    class_label: str
+    acquired: When | None
+    renewed: When | None
+    expires: When | None
+    expires_text: str
+    created: When | None
+    observed: When | None
+    deleted: When | None
+    flaps: int
+    flapping: bool
+    timeline: list[HolderPeriod]
+    older_changes: int
+    missed_total: int
+    candidates: list[CandidateRow]
+    labels: list[tuple[str, str]]
+    raw_json: str
+    server_now: str
+    list_url: str
+    time_zone: str
+    flap_window: str = format_duration(FLAP_WINDOW.total_seconds())
+
+
+def _change_time(transition: LeaseTransition) -> datetime:
+    # The new holder's acquireTime is when the change happened; observed_at can be much
+    # later (a relist after a reconnect). A future acquireTime (a skewed client) is ignored.
+    if transition.acquire_time is not None and transition.acquire_time <= transition.observed_at:
+        return transition.acquire_time
+    return transition.observed_at
+
+
+def holder_timeline(
+    lease: Lease, transitions: Sequence[LeaseTransition], truncated: bool, now: datetime
+) -> list[HolderPeriod]:
+    """Each holder, from when to when, oldest first, from the observed transitions."""
+    end_of_current = lease.deleted_at
+    periods: list[HolderPeriod] = []
+
+    def add(holder: str, start: datetime | None, end: datetime | None, missed: int) -> None:
+        current = end is None
+        until = end or end_of_current or now
+        periods.append(
+            HolderPeriod(
+                holder=holder,
+                start=when(start, now),
+                end=when(end, now),
+                duration=(
+                    format_duration((until - start).total_seconds()) if start is not None else ""
+                ),
+                current=current and end_of_current is None,
+                missed_before=missed,
+            )
+        )
+
+    if not transitions:
+        add(lease.holder, lease.acquire_time, None, 0)
+        return periods
+    first = transitions[0]
+    # Who held it before the first change seen; nothing to say when nobody did and the
+    # history is complete (a lease created by its first holder).
+    if first.from_holder or truncated:
+        add(first.from_holder, None, _change_time(first), 0)
+    for index, transition in enumerate(transitions):
+        following = transitions[index + 1] if index + 1 < len(transitions) else None
+        add(
+            transition.to_holder,
+            _change_time(transition),
+            _change_time(following) if following else None,
+            transition.missed,
+        )
+    if transitions[-1].to_holder != lease.holder:
+        # The watcher's latest write disagrees with the last transition row (it was written
+        # by an older version, or the change was coalesced away): trust the lease.
+        periods[-1].current = False
+        add(lease.holder, lease.acquire_time, None, 0)
+    return periods
+
+
+def lease_detail(cluster: str, namespace: str, name: str, now: datetime) -> LeaseDetail | None:
+    lease = (
+        Lease.objects.select_related("cluster")
+        .defer("cluster__kubeconfig")
+        .filter(cluster__name=cluster, namespace=namespace, name=name)
+        .first()
+    )
+    if lease is None:
+        return None
+    newest = list(lease.transitions.order_by("-observed_at", "-id")[: TIMELINE_LIMIT + 1])
+    truncated = len(newest) > TIMELINE_LIMIT
+    transitions = list(reversed(newest[:TIMELINE_LIMIT]))
+    totals = lease.transitions.aggregate(changes=Count("id"), missed=Sum("missed"))
+    state = lease.state_at(now)
+    flaps = flap_counts([lease.pk], now).get(lease.pk, 0)
+    return LeaseDetail(
+        lease=lease,
+        cluster=cluster_status(lease.cluster, now),
+        state=state.value,
+        class_label=CLASS_LABELS.get(lease.lease_class, lease.lease_class),
+        acquired=when(lease.acquire_time, now),
+        renewed=when(lease.renew_time, now),
+        expires=when(lease.expires_at, now),
+        expires_text=expiry_text(state, lease.expires_at, now),
+        created=when(lease.created_at, now),
+        observed=when(lease.observed_at, now),
+        deleted=when(lease.deleted_at, now),
+        flaps=flaps,
+        flapping=flaps >= FLAP_THRESHOLD,
+        timeline=holder_timeline(lease, transitions, truncated, now),
+        older_changes=totals["changes"] - len(transitions),
+        missed_total=totals["missed"] or 0,
+        candidates=lease_candidates(lease, now),
+        labels=sorted((str(key), str(value)) for key, value in (lease.labels or {}).items()),
+        raw_json=json.dumps(lease.raw, indent=2, sort_keys=True, ensure_ascii=False),
+        server_now=iso_js(now),
+        list_url=f"{leases_prefix()}?{urlencode({'cluster': cluster, 'namespace': namespace})}",
+        time_zone=settings.TIME_ZONE,
+    )
+
+
+def lease_candidates(lease: Lease, now: datetime) -> list[CandidateRow]:
+    candidates = LeaseCandidate.objects.filter(
+        cluster_id=lease.cluster_id,
+        namespace=lease.namespace,
+        lease_name=lease.name,
+        deleted_at__isnull=True,
+    ).order_by("name")
+    return [
+        CandidateRow(
+            namespace=candidate.namespace,
+            name=candidate.name,
+            binary_version=candidate.binary_version,
+            emulation_version=candidate.emulation_version,
+            strategy=candidate.strategy,
+            renewed=when(candidate.renew_time, now),
+            pinged=when(candidate.ping_time, now),
+            alive=candidate.renew_time is not None
+            and now - candidate.renew_time <= CANDIDATE_ALIVE_WITHIN,
+        )
+        for candidate in candidates
+    ]

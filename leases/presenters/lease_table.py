@@ -1,0 +1,192 @@
+"""The Leases table: one page of rows with their sort and page links (filters kept).
+
+The region is fetched every few seconds by every open browser, so rows carry ready strings
+(times already relative, holders already shortened) and the template only prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Literal
+
+from dashboard.links import lease_url
+from dashboard.timefmt import format_duration, iso_js, relative_text
+from leases.cursors import SORT_KEYS, Cursor
+from leases.flapping import FLAP_THRESHOLD, FLAP_WINDOW, recent_changes
+from leases.models import (
+    LeaseState,
+    lease_state,
+)
+from leases.presenters.display import (
+    CLASS_LABELS,
+    HOLDER_DISPLAY_CHARS,
+    HOLDER_TITLE_CHARS,
+    expiry_text,
+    leases_prefix,
+    shorten,
+)
+from leases.presenters.watchers import ClusterStatus, cluster_statuses
+from leases.queries import (
+    LeaseFilters,
+    filter_leases,
+    keyset_page,
+)
+
+PAGE_SIZE = 100
+
+
+TABLE_FIELDS = (
+    "id",
+    "cluster_id",
+    "namespace",
+    "name",
+    "lease_class",
+    "holder",
+    "renew_time",
+    "expires_at",
+    "lease_transitions",
+    "deleted_at",
+)
+
+
+@dataclass(slots=True)
+class LeaseRow:
+    url: str
+    cluster: str
+    cluster_stale: bool
+    namespace: str
+    name: str
+    class_label: str
+    holder: str
+    holder_title: str
+    renewed_js: str
+    renewed_text: str
+    expires_js: str
+    expires_text: str
+    transitions: str
+    state: str
+    row_class: str
+    flaps: int
+    flapping: bool
+    deleted: bool
+
+
+@dataclass(slots=True)
+class SortLink:
+    param: str
+    label: str
+    url: str
+    current: Literal["ascending", "descending", ""]
+
+
+@dataclass(slots=True)
+class LeaseTable:
+    rows: list[LeaseRow]
+    clusters: list[ClusterStatus]
+    problems: list[ClusterStatus]
+    sort_links: dict[str, SortLink]
+    next_url: str | None
+    previous_url: str | None
+    first_url: str | None
+    server_now: str
+    flap_window: str = field(default=format_duration(FLAP_WINDOW.total_seconds()))
+
+
+def _sort_links(filters: LeaseFilters, base: str) -> dict[str, SortLink]:
+    links = {}
+    for key in SORT_KEYS.values():
+        if filters.sort_key is key:
+            current: Literal["ascending", "descending", ""] = (
+                "descending" if filters.descending else "ascending"
+            )
+            toggled = key.param if filters.descending else f"-{key.param}"
+        else:
+            current, toggled = "", key.param
+        query = replace(filters, sort=toggled).query_string()
+        links[key.param] = SortLink(key.param, key.label, f"{base}?{query}", current)
+    return links
+
+
+def build_lease_row(
+    row: Mapping[str, Any],
+    now: datetime,
+    cluster_names: Mapping[int, str],
+    stale_clusters: set[int],
+    prefix: str,
+) -> LeaseRow:
+    """A table row from a TABLE_FIELDS dict that also has "flaps" (see recent_changes)."""
+    holder: str = row["holder"]
+    expires_at: datetime | None = row["expires_at"]
+    renew_time: datetime | None = row["renew_time"]
+    state = lease_state(holder, expires_at, now)
+    flap_count: int = row["flaps"]
+    deleted = row["deleted_at"] is not None
+    if state == LeaseState.EXPIRED:
+        row_class = "row-bad"
+    elif flap_count >= FLAP_THRESHOLD:
+        row_class = "row-warn"
+    elif state == LeaseState.RELEASED or deleted:
+        row_class = "row-quiet"
+    else:
+        row_class = ""
+    cluster = cluster_names.get(row["cluster_id"], "?")
+    truncated = len(holder) > HOLDER_DISPLAY_CHARS
+    return LeaseRow(
+        url=lease_url(prefix, cluster, row["namespace"], row["name"]),
+        cluster=cluster,
+        cluster_stale=row["cluster_id"] in stale_clusters,
+        namespace=row["namespace"],
+        name=row["name"],
+        class_label=CLASS_LABELS.get(row["lease_class"], row["lease_class"]),
+        holder=shorten(holder, HOLDER_DISPLAY_CHARS),
+        holder_title=shorten(holder, HOLDER_TITLE_CHARS) if truncated else "",
+        renewed_js=iso_js(renew_time) if renew_time else "",
+        renewed_text=relative_text((now - renew_time).total_seconds()) if renew_time else "never",
+        # Countdowns only tick for held leases: a released lease's expiry means nothing.
+        expires_js=iso_js(expires_at) if expires_at and state != LeaseState.RELEASED else "",
+        expires_text=expiry_text(state, expires_at, now),
+        transitions="" if row["lease_transitions"] is None else str(row["lease_transitions"]),
+        state=state.value,
+        row_class=row_class,
+        flaps=flap_count,
+        flapping=flap_count >= FLAP_THRESHOLD,
+        deleted=deleted,
+    )
+
+
+def lease_table(
+    filters: LeaseFilters,
+    now: datetime,
+    cursor: Cursor | None = None,
+    limit: int = PAGE_SIZE,
+    clusters: list[ClusterStatus] | None = None,
+) -> LeaseTable:
+    """One page of the Leases table with its sort and page links (filters kept)."""
+    if clusters is None:
+        clusters = cluster_statuses(now)
+    cluster_ids = {cluster.name: cluster.id for cluster in clusters}
+    leases = filter_leases(filters, now, cluster_ids).annotate(flaps=recent_changes(now))
+    page = keyset_page(leases, filters, cursor, limit, (*TABLE_FIELDS, "flaps"))
+    prefix = leases_prefix()
+    cluster_names = {cluster.id: cluster.name for cluster in clusters}
+    # A disabled cluster's data is as old as a stale one's.
+    stale = {cluster.id for cluster in clusters if cluster.stale or not cluster.enabled}
+    rows = [build_lease_row(row, now, cluster_names, stale, prefix) for row in page.rows]
+    return LeaseTable(
+        rows=rows,
+        clusters=clusters,
+        problems=[cluster for cluster in clusters if cluster.problem],
+        sort_links=_sort_links(filters, prefix),
+        next_url=(
+            f"{prefix}?{filters.query_string(after=page.next_cursor)}" if page.next_cursor else None
+        ),
+        previous_url=(
+            f"{prefix}?{filters.query_string(before=page.previous_cursor)}"
+            if page.previous_cursor
+            else None
+        ),
+        first_url=f"{prefix}?{filters.query_string()}" if cursor is not None else None,
+        server_now=iso_js(now),
+    )

@@ -1,0 +1,227 @@
+"""The overview's Leases part: per cluster, counts by state and what needs a look now."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from dashboard.links import lease_url
+from dashboard.timefmt import When, format_duration, iso_js, when
+from leases.flapping import FLAP_WINDOW, most_flapping
+from leases.models import (
+    Lease,
+    LeaseClass,
+    LeaseState,
+    LeaseTransition,
+    lease_state,
+)
+from leases.presenters.display import (
+    HOLDER_DISPLAY_CHARS,
+    expiry_text,
+    leases_prefix,
+    shorten,
+)
+from leases.presenters.watchers import ClusterStatus, cluster_statuses
+from leases.queries import (
+    EXPIRING_SOON,
+    expired_condition,
+    state_counts_by_cluster,
+)
+
+OVERVIEW_LIST_LIMIT = 10
+OVERVIEW_FLAPPING_LIMIT = 50
+
+
+@dataclass(slots=True)
+class LeaseLink:
+    url: str
+    namespace: str
+    name: str
+    holder: str
+    detail: str
+    expires_js: str = ""
+
+
+@dataclass(slots=True)
+class TransitionRow:
+    url: str
+    namespace: str
+    name: str
+    from_holder: str
+    to_holder: str
+    seen: When
+    missed: int
+
+
+@dataclass(slots=True)
+class ClusterOverview:
+    status: ClusterStatus
+    held: int
+    expired: int
+    released: int
+    expiring_soon: int
+    nodes_expired: int
+    expiring_soon_leases: list[LeaseLink]
+    expired_nodes: list[LeaseLink]
+    flapping: list[LeaseLink]
+    transitions: list[TransitionRow]
+    links: dict[str, str]
+
+
+@dataclass(slots=True)
+class LeasesOverview:
+    clusters: list[ClusterOverview]
+    problems: list[ClusterStatus]
+    server_now: str
+    expiring_within: str = format_duration(EXPIRING_SOON.total_seconds())
+    flap_window: str = format_duration(FLAP_WINDOW.total_seconds())
+
+
+def _lease_links(
+    leases: Iterable[Mapping[str, Any]],
+    prefix: str,
+    cluster: str,
+    detail: Mapping[int, str] | None = None,
+    now: datetime | None = None,
+) -> list[LeaseLink]:
+    links = []
+    for row in leases:
+        expires_at = row.get("expires_at")
+        text = detail.get(row["id"], "") if detail else ""
+        if not text and now is not None and expires_at is not None:
+            text = expiry_text(lease_state(row["holder"], expires_at, now), expires_at, now)
+        links.append(
+            LeaseLink(
+                url=lease_url(prefix, cluster, row["namespace"], row["name"]),
+                namespace=row["namespace"],
+                name=row["name"],
+                holder=shorten(row["holder"], HOLDER_DISPLAY_CHARS),
+                detail=text,
+                expires_js=iso_js(expires_at) if expires_at and not detail else "",
+            )
+        )
+    return links
+
+
+def recent_transitions(cluster_id: int, cluster: str, now: datetime) -> list[TransitionRow]:
+    prefix = leases_prefix()
+    transitions = (
+        LeaseTransition.objects.filter(lease__cluster_id=cluster_id)
+        .select_related("lease")
+        .only(
+            "from_holder",
+            "to_holder",
+            "observed_at",
+            "missed",
+            "lease__namespace",
+            "lease__name",
+        )
+        .order_by("-observed_at", "-id")[:OVERVIEW_LIST_LIMIT]
+    )
+    rows = []
+    for transition in transitions:
+        seen = when(transition.observed_at, now)
+        assert seen is not None  # observed_at is required
+        rows.append(
+            TransitionRow(
+                url=lease_url(prefix, cluster, transition.lease.namespace, transition.lease.name),
+                namespace=transition.lease.namespace,
+                name=transition.lease.name,
+                from_holder=shorten(transition.from_holder, HOLDER_DISPLAY_CHARS),
+                to_holder=shorten(transition.to_holder, HOLDER_DISPLAY_CHARS),
+                seen=seen,
+                missed=transition.missed,
+            )
+        )
+    return rows
+
+
+def _overview_links(prefix: str, cluster: str) -> dict[str, str]:
+    """Leases-page links that show the rows behind each number of a cluster's card."""
+
+    def filtered(**params: str) -> str:
+        return f"{prefix}?{urlencode({'cluster': cluster, **params})}"
+
+    return {
+        "all": filtered(),
+        "held": filtered(state=LeaseState.HELD),
+        "expired": filtered(state=LeaseState.EXPIRED),
+        "released": filtered(state=LeaseState.RELEASED),
+        "expiring": filtered(state=LeaseState.HELD, sort="expires"),
+        "nodes_expired": filtered(state=LeaseState.EXPIRED, **{"class": LeaseClass.NODE_HEARTBEAT}),
+        "flapping": filtered(flapping="true"),
+    }
+
+
+def leases_overview(now: datetime) -> LeasesOverview:
+    """Per cluster: counts by state and what needs a look now. A few queries per cluster."""
+    statuses = cluster_statuses(now)
+    counts = state_counts_by_cluster(now)
+    prefix = leases_prefix()
+    link_fields = ("id", "cluster_id", "namespace", "name", "holder", "expires_at")
+
+    flap_rows = most_flapping(now, OVERVIEW_FLAPPING_LIMIT)
+    flapping_by_cluster: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in Lease.objects.filter(pk__in=flap_rows).values(*link_fields):
+        flapping_by_cluster[row["cluster_id"]].append(row)
+
+    window = format_duration(FLAP_WINDOW.total_seconds())
+    overviews = []
+    for status in statuses:
+        count = counts.get(status.id, {})
+        expiring: list[LeaseLink] = []
+        if count.get("expiring_soon"):
+            soon = (
+                Lease.objects.live()
+                .filter(cluster_id=status.id, expires_at__gt=now)
+                .filter(expires_at__lte=now + EXPIRING_SOON)
+                .exclude(holder="")
+                .order_by("expires_at")
+                .values(*link_fields)[:OVERVIEW_LIST_LIMIT]
+            )
+            expiring = _lease_links(soon, prefix, status.name, now=now)
+        nodes: list[LeaseLink] = []
+        if count.get("nodes_expired"):
+            expired_nodes = (
+                Lease.objects.live()
+                .filter(expired_condition(now), cluster_id=status.id)
+                .filter(lease_class=LeaseClass.NODE_HEARTBEAT)
+                .order_by("-expires_at")
+                .values(*link_fields)[:OVERVIEW_LIST_LIMIT]
+            )
+            nodes = _lease_links(expired_nodes, prefix, status.name, now=now)
+        flapping_rows = sorted(
+            flapping_by_cluster.get(status.id, []), key=lambda row: -flap_rows[row["id"]]
+        )
+        flapping = _lease_links(
+            flapping_rows,
+            prefix,
+            status.name,
+            detail={
+                row["id"]: f"{flap_rows[row['id']]} changes in {window}" for row in flapping_rows
+            },
+        )
+        overviews.append(
+            ClusterOverview(
+                status=status,
+                held=count.get("held", 0),
+                expired=count.get("expired", 0),
+                released=count.get("released", 0),
+                expiring_soon=count.get("expiring_soon", 0),
+                nodes_expired=count.get("nodes_expired", 0),
+                expiring_soon_leases=expiring,
+                expired_nodes=nodes,
+                flapping=flapping,
+                transitions=recent_transitions(status.id, status.name, now),
+                links=_overview_links(prefix, status.name),
+            )
+        )
+    return LeasesOverview(
+        clusters=overviews,
+        problems=[status for status in statuses if status.problem],
+        server_now=iso_js(now),
+    )
