@@ -23,8 +23,7 @@ import logging
 import re
 import socket
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -99,28 +98,22 @@ class FakeNks:
         port: int = 0,
         scenario: str = "demo",
         *,
-        token_ttl: float = 60.0,
         latency: float = 0.0,
         resize_delay: float = 5.0,
         health_speed: float = 1.0,
-        tenant_id: str = DEFAULT_TENANT_ID,
-        username: str = DEFAULT_USERNAME,
         password: str = DEFAULT_PASSWORD,
         kube_server_url: str | None = None,
         kubeconfigs: Mapping[str, str] | None = None,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.host = host
         self.port = port
         self.scenario = scenario
         self.latency = latency
         self.state = FakeNksState(
-            tenant_id=tenant_id,
-            username=username,
+            tenant_id=DEFAULT_TENANT_ID,
+            username=DEFAULT_USERNAME,
             password=password,
-            token_ttl=token_ttl,
             resize_delay=resize_delay,
-            clock=clock,
         )
         self.state.kube_server_url = kube_server_url
         build_scenario(self.state, scenario, health_speed=health_speed)
