@@ -14,7 +14,8 @@ from tests.leases.factories import NOW, make_cluster, make_lease, make_transitio
 pytestmark = pytest.mark.django_db
 
 HOSTILE_HOLDER = '<script>alert("holder")</script>'
-HOSTILE_LABEL = "<img src=x onerror=alert('label')>"
+# A lease's class is at most 24 characters (PostgreSQL refuses more).
+HOSTILE_LABEL = "<i onclick='x'>"
 REFRESH = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "lease-table"}
 
 
@@ -50,9 +51,9 @@ def test_hostile_holder_and_class_label_are_escaped_in_the_table(engineer_client
         table_region(get(engineer_client, "/leases/")),
         get(engineer_client, "/leases/", **REFRESH),
     ):
-        assert "<script>" not in region and "<img" not in region
+        assert "<script>" not in region and "<i " not in region
         # Django's spelling of escaped quotes, as on every other page.
-        assert "<td>&lt;img src=x onerror=alert(&#x27;label&#x27;)&gt;</td>" in region
+        assert "<td>&lt;i onclick=&#x27;x&#x27;&gt;</td>" in region
         assert (
             '<td class="truncate">&lt;script&gt;alert(&quot;holder&quot;)&lt;/script&gt;</td>'
         ) in region
