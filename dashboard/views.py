@@ -15,7 +15,7 @@ from dashboard.api import api_view, json_response
 from dashboard.htmx import render_page
 from dashboard.services import can_change_clusters, worker_status
 from leases.presenters.overview import leases_overview
-from nks.selectors import nks_overview
+from nks.presenters.overview import nks_overview
 
 
 def overview(request: HttpRequest) -> HttpResponse:

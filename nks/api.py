@@ -14,7 +14,8 @@ from dashboard.models import ApiToken
 from dashboard.services import can_change_clusters
 from nks.forms import ResizeForm
 from nks.models import ResizeRequest
-from nks.selectors import api_clusters, api_resize_request, expired_lease_names, get_nodegroup
+from nks.presenters.api import api_clusters, api_resize_request
+from nks.queries import expired_lease_names, get_nodegroup
 from nks.services import ResizeConflict, request_resize
 
 RESIZE_FIELDS = frozenset({"node_count", "nodes_to_remove", "reason"})

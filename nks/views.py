@@ -16,18 +16,12 @@ from dashboard.htmx import render_page
 from dashboard.services import can_change_clusters
 from nks.forms import ResizeFilterForm, ResizeForm
 from nks.models import NksNodegroup, ResizeRequest
-from nks.selectors import (
-    cluster_detail,
-    clusters_page,
-    expired_lease_names,
-    get_cluster,
-    get_nodegroup,
-    latest_resize_row,
-    nodegroup_detail,
-    poll_interval_text,
-    resize_audit,
-    resize_detail,
-)
+from nks.presenters.cluster_detail import cluster_detail
+from nks.presenters.clusters import clusters_page, poll_interval_text
+from nks.presenters.nodegroup_detail import latest_resize_row, nodegroup_detail
+from nks.presenters.resize_audit import resize_audit
+from nks.presenters.resize_detail import resize_detail
+from nks.queries import expired_lease_names, get_cluster, get_nodegroup
 from nks.services import LeaseSourceError, ResizeConflict, request_resize, watch_cluster_leases
 
 # A resize in flight is followed faster than the pages' PAGE_REFRESH_SECONDS (from the

@@ -1,0 +1,157 @@
+"""Read-side queries for NKS: which rows the pages, the overview and the API read, in what order.
+
+Nothing here writes or formats. Queries that join an account or a Lease source defer its
+secrets (password, token, kubeconfig), so a page never loads what it must never show.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F, QuerySet
+
+from leases.models import KubeCluster, Lease, LeaseClass
+from nks.models import (
+    IN_FLIGHT_STATES,
+    Health,
+    HealthSample,
+    NksAccount,
+    NksCluster,
+    NksEvent,
+    NksNodegroup,
+    ResizeRequest,
+)
+from nks.services import linked_kube_cluster
+
+ACCOUNT_SECRETS = ("password", "token")
+
+
+def accounts() -> list[NksAccount]:
+    return list(NksAccount.objects.defer(*ACCOUNT_SECRETS))
+
+
+def listed_clusters(*, include_gone: bool) -> QuerySet[NksCluster]:
+    """Clusters with their account, without the per-node JSON the list never shows."""
+    clusters = NksCluster.objects.select_related("account").defer(
+        "account__password", "account__token", "node_readiness", "node_addresses"
+    )
+    return clusters if include_gone else clusters.filter(gone_at__isnull=True)
+
+
+def api_clusters() -> QuerySet[NksCluster]:
+    return (
+        NksCluster.objects.select_related("account")
+        .defer("account__password", "account__token")
+        .prefetch_related("nodegroups")
+        .order_by("account__name", "name", "uuid")
+    )
+
+
+def get_cluster(uuid: str) -> NksCluster | None:
+    return (
+        NksCluster.objects.select_related("account", "kube_cluster")
+        .defer("account__password", "account__token", "kube_cluster__kubeconfig")
+        .filter(uuid=uuid)
+        .first()
+    )
+
+
+def get_nodegroup(cluster_uuid: str, name: str) -> NksNodegroup | None:
+    """The nodegroup of that name: the live one, else the one NKS listed last."""
+    return (
+        NksNodegroup.objects.select_related("cluster__account", "cluster__kube_cluster")
+        .defer(
+            "cluster__account__password",
+            "cluster__account__token",
+            "cluster__kube_cluster__kubeconfig",
+        )
+        .filter(cluster__uuid=cluster_uuid, name=name)
+        .order_by(F("gone_at").asc(nulls_first=True), "-polled_at", "-pk")
+        .first()
+    )
+
+
+def recent_events(cluster: NksCluster, limit: int) -> QuerySet[NksEvent]:
+    return NksEvent.objects.filter(cluster=cluster).order_by("-nks_created_at", "-pk")[:limit]
+
+
+# --- Health history ----------------------------------------------------------------------
+
+
+def _samples(cluster_id: int, since: datetime) -> QuerySet[HealthSample]:
+    return HealthSample.objects.filter(cluster_id=cluster_id, taken_at__gte=since).order_by(
+        "taken_at", "id"
+    )
+
+
+def cluster_health_points(cluster_id: int, since: datetime) -> list[tuple[datetime, Health]]:
+    """The cluster's verdict at each poll since `since`, oldest first."""
+    return [
+        (taken_at, Health(health))
+        for taken_at, health in _samples(cluster_id, since).values_list("taken_at", "health")
+    ]
+
+
+def nodegroup_reports(cluster_id: int, since: datetime) -> QuerySet[HealthSample, Any]:
+    """(taken_at, freshness, {nodegroup name: report}) per poll since `since`, oldest first."""
+    return _samples(cluster_id, since).values_list("taken_at", "freshness", "nodegroups")
+
+
+# --- Resizes -------------------------------------------------------------------------------
+
+
+def resizes() -> QuerySet[ResizeRequest]:
+    """Resize requests with their cluster (every row links to it), newest first."""
+    return ResizeRequest.objects.select_related("cluster").order_by("-created_at", "-pk")
+
+
+def in_flight_resizes() -> QuerySet[ResizeRequest]:
+    return resizes().filter(state__in=IN_FLIGHT_STATES)
+
+
+def filtered_resizes(filters: dict[str, str]) -> QuerySet[ResizeRequest]:
+    """The audit's rows: by cluster uuid, username, and outcome (a state, or "in_flight")."""
+    requests = resizes()
+    if filters.get("cluster"):
+        requests = requests.filter(cluster__uuid=filters["cluster"])
+    if filters.get("user"):
+        requests = requests.filter(username=filters["user"])
+    outcome = filters.get("outcome")
+    if outcome == "in_flight":
+        requests = requests.filter(state__in=IN_FLIGHT_STATES)
+    elif outcome:
+        requests = requests.filter(state=outcome)
+    return requests
+
+
+# --- Node heartbeat Leases -----------------------------------------------------------------
+
+
+def node_heartbeats(kube_cluster: KubeCluster) -> QuerySet[Lease, dict[str, Any]]:
+    """The node heartbeat Leases of a Lease source, by name."""
+    return (
+        Lease.objects.live()
+        .filter(cluster=kube_cluster, lease_class=LeaseClass.NODE_HEARTBEAT)
+        .order_by("name")
+        .values("namespace", "name", "holder", "expires_at", "renew_time")
+    )
+
+
+def expired_lease_names(nodegroup: NksNodegroup, now: datetime) -> set[str]:
+    """Names of nodes of the nodegroup's cluster whose heartbeat Lease has expired."""
+    kube_cluster = linked_kube_cluster(nodegroup.cluster)
+    if kube_cluster is None:
+        return set()
+    names = [node["name"] for node in nodegroup.nodes if node.get("name")]
+    return set(
+        Lease.objects.live()
+        .filter(
+            cluster=kube_cluster,
+            lease_class=LeaseClass.NODE_HEARTBEAT,
+            name__in=names,
+            expires_at__lte=now,
+        )
+        .exclude(holder="")
+        .values_list("name", flat=True)
+    )
