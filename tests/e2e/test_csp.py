@@ -120,10 +120,10 @@ def test_pages_load_and_refresh_without_a_policy_violation(  # type: ignore[no-u
     page.goto(f"{live_server.url}/clusters/{staging.uuid}/")
     expect(page.locator("#nks-cluster")).to_be_visible()
     page.screenshot(path=str(SCREENSHOTS / "csp-cluster.png"), full_page=True)
-    # The ready bar is drawn by its SVG rects and nks.css, not by style attributes.
+    # The ready bar is drawn by its SVG rects and dashboard.css, not by style attributes.
     bar = page.locator("svg.readybar").first
     expect(bar).to_be_visible()
-    assert bar.bounding_box()["width"] > 40, "the bar keeps its width from nks.css"
+    assert bar.bounding_box()["width"] > 40, "the bar keeps its width from dashboard.css"
     ready, not_ready = bar.locator("rect.r"), bar.locator("rect.nr")
     assert (ready.get_attribute("width"), not_ready.get_attribute("width")) == ("66.7", "33.3")
     fills = [rect.evaluate("r => getComputedStyle(r).fill") for rect in (ready, not_ready)]
