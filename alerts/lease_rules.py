@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.db.models import Count, Max, Min
 from django.urls import reverse
 
 from alerts.conditions import (
@@ -19,9 +18,11 @@ from alerts.conditions import (
     seconds_text,
     time_fact,
 )
-from alerts.models import Rule
+from alerts.models import AlertRule, Rule
+from dashboard.flapping import FlapPolicy
 from dashboard.links import lease_url
-from leases.models import WATCHER_STALE_AFTER, KubeCluster, Lease, LeaseClass, LeaseTransition
+from leases.flapping import change_counts
+from leases.models import WATCHER_STALE_AFTER, KubeCluster, Lease, LeaseClass
 
 # Lease classes whose expiry means a leader is gone. API server identity leases expire
 # whenever an API server is replaced, which is routine.
@@ -137,30 +138,41 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
 # --- lease_flapping --------------------------------------------------------------------------
 
 
+def lease_flapping_policy() -> FlapPolicy:
+    """The flapping policy in force: the lease_flapping rule's admin values, else the settings.
+
+    Registered with `dashboard.flapping` so the Leases pages judge flapping as this rule does.
+    Read per call (one indexed row) so an admin's change shows on the next request.
+    """
+    row = (
+        AlertRule.objects.filter(rule=Rule.LEASE_FLAPPING)
+        .values("threshold", "window_seconds")
+        .first()
+    )
+    if row is None:
+        return FlapPolicy.configured()
+    return FlapPolicy.configured(row["threshold"], row["window_seconds"])
+
+
 def lease_flapping(ctx: RuleContext) -> RuleOutcome:
     """``threshold`` or more holder changes within ``window_seconds``: one incident per lease.
 
-    The Leases page's definition of flapping (`leases.flapping.flapping_lease_ids`): only
-    changes the watcher saw count, one per transition row; `missed` changes happened at
-    unknown times. The window and threshold are configurable here, hence the query of its
-    own. With hysteresis: an open incident stays open while any change happened within the
-    window and resolves only after a whole window without one, so it neither re-opens on
-    every change nor flickers when the count dips under the threshold between changes.
+    The Leases page's definition of flapping: the same policy (`lease_flapping_policy`, what
+    the page reads too) and the same query (`leases.flapping.change_counts`). With
+    hysteresis: an open incident stays open while any change happened within the window and
+    resolves only after a whole window without one, so it neither re-opens on every change
+    nor flickers when the count dips under the threshold between changes.
     """
     now, outcome = ctx.now, RuleOutcome()
-    threshold = ctx.config.threshold or settings.ALERT_FLAP_CHANGES
-    window = timedelta(seconds=ctx.config.window_seconds or settings.ALERT_FLAP_WINDOW_SECONDS)
+    # ctx.config holds the rule's admin row, as `lease_flapping_policy` reads it.
+    policy = FlapPolicy.configured(ctx.config.threshold, ctx.config.window_seconds)
+    threshold, window = policy.changes, policy.window
     clusters = kube_clusters()
     changes = {
         row["lease_id"]: row
-        for row in LeaseTransition.objects.filter(
-            observed_at__gt=now - window,
-            lease__deleted_at__isnull=True,
-            lease__cluster__enabled=True,
+        for row in change_counts(now, policy).filter(
+            lease__deleted_at__isnull=True, lease__cluster__enabled=True
         )
-        .values("lease_id")
-        .annotate(changes=Count("id"), first=Min("observed_at"), last=Max("observed_at"))
-        .order_by()
     }
     leases = Lease.objects.filter(pk__in=list(changes)).values(
         "id", "cluster_id", "namespace", "name", "holder"
@@ -174,7 +186,7 @@ def lease_flapping(ctx: RuleContext) -> RuleOutcome:
         where = f"{lease['namespace']}/{lease['name']}"
         key = f"{Rule.LEASE_FLAPPING}:{cluster}/{where}"
         row = changes[lease["id"]]
-        if row["changes"] < threshold and key not in ctx.unresolved:
+        if not policy.is_flapping(row["changes"]) and key not in ctx.unresolved:
             continue
         outcome.add(
             Condition(

@@ -17,8 +17,9 @@ def lease_list(request: HttpRequest) -> HttpResponse:
     Filters: `cluster`, `namespace` (exact), `class` (node_heartbeat, control_plane,
     apiserver_identity, leader_election), `state` (held, expired, released; computed from
     the clock at request time), `q` (name or holder contains, case-insensitive),
-    `flapping=true` (3+ holder changes in 10 minutes). Deleted leases are left out unless
-    `deleted=true`, which includes them (each with `"deleted": true`).
+    `flapping=true` (as the Leases page judges it: 3+ holder changes in 10 minutes unless an
+    admin set the lease_flapping rule's threshold or window). Deleted leases are left out
+    unless `deleted=true`, which includes them (each with `"deleted": true`).
 
     `next` is the URL of the following page, or null on the last page. Pages are cut by
     the last row's sort values (a keyset cursor, `after`), not by an offset: in the default

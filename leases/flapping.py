@@ -1,50 +1,55 @@
 """Flapping: a lease whose holder keeps changing, because its leader keeps losing it
 (overloaded API server, CPU starvation, network trouble).
 
-Every flapping query of the Leases pages lives here, so that there is one definition to
-read.
+What counts as flapping (how many changes within which window) is `dashboard.flapping`'s
+policy, the lease_flapping alert rule's threshold and window when an admin set them. Every
+flapping query, of the Leases pages and of that rule, lives here and takes that policy, so
+the page's count and filter and the rule's incidents agree.
+
+Only changes the watcher saw count, one per transition row: `missed` changes happened at
+unknown times while nobody watched, possibly days apart, so they say nothing about the
+window.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, Max, Min, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
+from dashboard.flapping import FlapPolicy, flap_policy
 from leases.models import LeaseTransition
 
-# A lease whose holder changed this often within the window is flapping. The same settings
-# are the lease_flapping alert rule's defaults, so the page and the mails agree.
-FLAP_WINDOW = timedelta(seconds=settings.ALERT_FLAP_WINDOW_SECONDS)
-FLAP_THRESHOLD = settings.ALERT_FLAP_CHANGES
 
-
-def flapping_lease_ids(now: datetime) -> Any:
-    """Ids of leases with FLAP_THRESHOLD or more observed holder changes in FLAP_WINDOW.
-
-    Only changes the watcher saw count: `missed` changes happened at unknown times while
-    nobody watched, possibly days apart, so they say nothing about the last ten minutes.
-    """
+def change_counts(now: datetime, policy: FlapPolicy | None = None) -> Any:
+    """Per lease with a holder change in the window: `lease_id`, `changes` (how many),
+    `first` and `last` (when), grouped in the database. Narrow it with `.filter()`."""
+    window = (policy or flap_policy()).window
     return (
-        LeaseTransition.objects.filter(observed_at__gt=now - FLAP_WINDOW)
+        LeaseTransition.objects.filter(observed_at__gt=now - window)
         .values("lease_id")
-        .annotate(changes=Count("id"))
-        .filter(changes__gte=FLAP_THRESHOLD)
-        .values("lease_id")
+        .annotate(changes=Count("id"), first=Min("observed_at"), last=Max("observed_at"))
+        .order_by()
     )
 
 
-def recent_changes(now: datetime) -> Coalesce:
-    """Per lease row: holder changes in FLAP_WINDOW, as a correlated subquery.
+def flapping_lease_ids(now: datetime, policy: FlapPolicy | None = None) -> Any:
+    """Ids of leases flapping now, as a subquery for `pk__in`."""
+    policy = policy or flap_policy()
+    return change_counts(now, policy).filter(changes__gte=policy.changes).values("lease_id")
+
+
+def recent_changes(now: datetime, policy: FlapPolicy | None = None) -> Coalesce:
+    """Per lease row: holder changes in the window, as a correlated subquery.
 
     Evaluated only for the rows a page returns (an index probe each), in the same query.
     """
+    window = (policy or flap_policy()).window
     changes = (
-        LeaseTransition.objects.filter(lease_id=OuterRef("pk"), observed_at__gt=now - FLAP_WINDOW)
+        LeaseTransition.objects.filter(lease_id=OuterRef("pk"), observed_at__gt=now - window)
         .order_by()
         .values("lease_id")
         .annotate(changes=Count("id"))
@@ -53,29 +58,23 @@ def recent_changes(now: datetime) -> Coalesce:
     return Coalesce(Subquery(changes), 0)
 
 
-def flap_counts(lease_ids: Iterable[int], now: datetime) -> dict[int, int]:
-    """Holder changes in FLAP_WINDOW for each of these leases, in one grouped query."""
+def flap_counts(
+    lease_ids: Iterable[int], now: datetime, policy: FlapPolicy | None = None
+) -> dict[int, int]:
+    """Holder changes in the window for each of these leases, in one grouped query."""
     ids = list(lease_ids)
     if not ids:
         return {}
+    rows = change_counts(now, policy).filter(lease_id__in=ids)
+    return dict(rows.values_list("lease_id", "changes"))
+
+
+def most_flapping(now: datetime, limit: int, policy: FlapPolicy | None = None) -> dict[int, int]:
+    """Live leases flapping now, most holder changes first: lease id -> changes."""
+    policy = policy or flap_policy()
     rows = (
-        LeaseTransition.objects.filter(lease_id__in=ids, observed_at__gt=now - FLAP_WINDOW)
-        .values("lease_id")
-        .annotate(changes=Count("id"))
-        .values_list("lease_id", "changes")
-    )
-    return dict(rows)
-
-
-def most_flapping(now: datetime, limit: int) -> dict[int, int]:
-    """Live leases flapping now, most holder changes first: lease id -> changes in FLAP_WINDOW."""
-    return dict(
-        LeaseTransition.objects.filter(
-            observed_at__gt=now - FLAP_WINDOW, lease__deleted_at__isnull=True
-        )
-        .values("lease_id")
-        .annotate(changes=Count("id"))
-        .filter(changes__gte=FLAP_THRESHOLD)
+        change_counts(now, policy)
+        .filter(lease__deleted_at__isnull=True, changes__gte=policy.changes)
         .order_by("-changes")
-        .values_list("lease_id", "changes")[:limit]
     )
+    return dict(rows.values_list("lease_id", "changes")[:limit])

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 from django.db.models import Count, F, OrderBy, Q
 
+from dashboard.flapping import FlapPolicy
 from leases.cursors import (
     DEFAULT_SORT,
     SORT_KEYS,
@@ -168,9 +169,13 @@ class LeaseFilters:
 
 
 def filter_leases(
-    filters: LeaseFilters, now: datetime, cluster_ids: Mapping[str, int]
+    filters: LeaseFilters,
+    now: datetime,
+    cluster_ids: Mapping[str, int],
+    policy: FlapPolicy | None = None,
 ) -> LeaseQuerySet:
-    """The leases matching the filters, unordered. `cluster_ids` maps names to ids."""
+    """The leases matching the filters, unordered. `cluster_ids` maps names to ids;
+    `policy` says what flapping is (default: the one in force, `flap_policy()`)."""
     leases: LeaseQuerySet = Lease.objects.all()
     if not filters.include_deleted:
         leases = leases.live()
@@ -190,7 +195,7 @@ def filter_leases(
     if filters.q:
         leases = leases.filter(Q(name__icontains=filters.q) | Q(holder__icontains=filters.q))
     if filters.flapping:
-        leases = leases.filter(pk__in=flapping_lease_ids(now))
+        leases = leases.filter(pk__in=flapping_lease_ids(now, policy))
     return leases
 
 

@@ -7,8 +7,6 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 
 from dashboard.htmx import render_page, shared_partial
-from dashboard.timefmt import format_duration
-from leases.flapping import FLAP_THRESHOLD, FLAP_WINDOW
 from leases.forms import LeaseFilterForm
 from leases.presenters.lease_detail import lease_detail
 from leases.presenters.lease_table import lease_table
@@ -32,8 +30,7 @@ def _lease_list(request: HttpRequest) -> HttpResponse:
         "form": form,
         "filters": filters,
         "table": table,
-        "flap_rule": f"{FLAP_THRESHOLD} or more holder changes in "
-        f"{format_duration(FLAP_WINDOW.total_seconds())}",
+        "flap_rule": f"{table.flap_changes} or more holder changes in {table.flap_window}",
     }
     if not request.htmx:
         # Only the full page has the filter form that suggests namespaces.

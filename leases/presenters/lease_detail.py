@@ -11,8 +11,9 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.db.models import Count, Sum
 
+from dashboard.flapping import flap_policy
 from dashboard.timefmt import When, format_duration, iso_js, when
-from leases.flapping import FLAP_THRESHOLD, FLAP_WINDOW, flap_counts
+from leases.flapping import flap_counts
 from leases.models import (
     Lease,
     LeaseCandidate,
@@ -79,7 +80,7 @@ class LeaseDetail:
     server_now: str
     list_url: str
     time_zone: str
-    flap_window: str = format_duration(FLAP_WINDOW.total_seconds())
+    flap_window: str
 
 
 def _change_time(transition: LeaseTransition) -> datetime:
@@ -151,7 +152,8 @@ def lease_detail(cluster: str, namespace: str, name: str, now: datetime) -> Leas
     transitions = list(reversed(newest[:TIMELINE_LIMIT]))
     totals = lease.transitions.aggregate(changes=Count("id"), missed=Sum("missed"))
     state = lease.state_at(now)
-    flaps = flap_counts([lease.pk], now).get(lease.pk, 0)
+    policy = flap_policy()
+    flaps = flap_counts([lease.pk], now, policy).get(lease.pk, 0)
     return LeaseDetail(
         lease=lease,
         cluster=cluster_status(lease.cluster, now),
@@ -165,7 +167,7 @@ def lease_detail(cluster: str, namespace: str, name: str, now: datetime) -> Leas
         observed=when(lease.observed_at, now),
         deleted=when(lease.deleted_at, now),
         flaps=flaps,
-        flapping=flaps >= FLAP_THRESHOLD,
+        flapping=policy.is_flapping(flaps),
         timeline=holder_timeline(lease, transitions, truncated, now),
         older_changes=totals["changes"] - len(transitions),
         missed_total=totals["missed"] or 0,
@@ -175,6 +177,7 @@ def lease_detail(cluster: str, namespace: str, name: str, now: datetime) -> Leas
         server_now=iso_js(now),
         list_url=f"{leases_prefix()}?{urlencode({'cluster': cluster, 'namespace': namespace})}",
         time_zone=settings.TIME_ZONE,
+        flap_window=format_duration(policy.window.total_seconds()),
     )
 
 

@@ -7,14 +7,15 @@ The region is fetched every few seconds by every open browser, so rows carry rea
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from dashboard.flapping import FlapPolicy, flap_policy
 from dashboard.links import lease_url
 from dashboard.timefmt import format_duration, iso_js, relative_text
 from leases.cursors import SORT_KEYS, Cursor
-from leases.flapping import FLAP_THRESHOLD, FLAP_WINDOW, recent_changes
+from leases.flapping import recent_changes
 from leases.models import (
     LeaseState,
     lease_state,
@@ -91,7 +92,8 @@ class LeaseTable:
     previous_url: str | None
     first_url: str | None
     server_now: str
-    flap_window: str = field(default=format_duration(FLAP_WINDOW.total_seconds()))
+    flap_window: str
+    flap_changes: int
 
 
 def _sort_links(filters: LeaseFilters, base: str) -> dict[str, SortLink]:
@@ -115,6 +117,7 @@ def build_lease_row(
     cluster_names: Mapping[int, str],
     stale_clusters: set[int],
     prefix: str,
+    policy: FlapPolicy,
 ) -> LeaseRow:
     """A table row from a TABLE_FIELDS dict that also has "flaps" (see recent_changes)."""
     holder: str = row["holder"]
@@ -125,7 +128,7 @@ def build_lease_row(
     deleted = row["deleted_at"] is not None
     if state == LeaseState.EXPIRED:
         row_class = "row-bad"
-    elif flap_count >= FLAP_THRESHOLD:
+    elif policy.is_flapping(flap_count):
         row_class = "row-warn"
     elif state == LeaseState.RELEASED or deleted:
         row_class = "row-quiet"
@@ -151,7 +154,7 @@ def build_lease_row(
         state=state.value,
         row_class=row_class,
         flaps=flap_count,
-        flapping=flap_count >= FLAP_THRESHOLD,
+        flapping=policy.is_flapping(flap_count),
         deleted=deleted,
     )
 
@@ -164,16 +167,20 @@ def lease_table(
     clusters: list[ClusterStatus] | None = None,
 ) -> LeaseTable:
     """One page of the Leases table with its sort and page links (filters kept)."""
+    # Asked once: the filter, the counts and the rows judge flapping by the same policy.
+    policy = flap_policy()
     if clusters is None:
         clusters = cluster_statuses(now)
     cluster_ids = {cluster.name: cluster.id for cluster in clusters}
-    leases = filter_leases(filters, now, cluster_ids).annotate(flaps=recent_changes(now))
+    leases = filter_leases(filters, now, cluster_ids, policy).annotate(
+        flaps=recent_changes(now, policy)
+    )
     page = keyset_page(leases, filters, cursor, limit, (*TABLE_FIELDS, "flaps"))
     prefix = leases_prefix()
     cluster_names = {cluster.id: cluster.name for cluster in clusters}
     # A disabled cluster's data is as old as a stale one's.
     stale = {cluster.id for cluster in clusters if cluster.stale or not cluster.enabled}
-    rows = [build_lease_row(row, now, cluster_names, stale, prefix) for row in page.rows]
+    rows = [build_lease_row(row, now, cluster_names, stale, prefix, policy) for row in page.rows]
     return LeaseTable(
         rows=rows,
         clusters=clusters,
@@ -189,4 +196,6 @@ def lease_table(
         ),
         first_url=f"{prefix}?{filters.query_string()}" if cursor is not None else None,
         server_now=iso_js(now),
+        flap_window=format_duration(policy.window.total_seconds()),
+        flap_changes=policy.changes,
     )

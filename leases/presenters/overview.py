@@ -9,9 +9,10 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from dashboard.flapping import flap_policy
 from dashboard.links import lease_url
 from dashboard.timefmt import When, format_duration, iso_js, when
-from leases.flapping import FLAP_WINDOW, most_flapping
+from leases.flapping import most_flapping
 from leases.models import (
     Lease,
     LeaseClass,
@@ -77,8 +78,9 @@ class LeasesOverview:
     clusters: list[ClusterOverview]
     problems: list[ClusterStatus]
     server_now: str
+    flap_window: str
+    flap_changes: int
     expiring_within: str = format_duration(EXPIRING_SOON.total_seconds())
-    flap_window: str = format_duration(FLAP_WINDOW.total_seconds())
 
 
 def _lease_links(
@@ -164,12 +166,13 @@ def leases_overview(now: datetime) -> LeasesOverview:
     prefix = leases_prefix()
     link_fields = ("id", "cluster_id", "namespace", "name", "holder", "expires_at")
 
-    flap_rows = most_flapping(now, OVERVIEW_FLAPPING_LIMIT)
+    policy = flap_policy()
+    flap_rows = most_flapping(now, OVERVIEW_FLAPPING_LIMIT, policy)
     flapping_by_cluster: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in Lease.objects.filter(pk__in=flap_rows).values(*link_fields):
         flapping_by_cluster[row["cluster_id"]].append(row)
 
-    window = format_duration(FLAP_WINDOW.total_seconds())
+    window = format_duration(policy.window.total_seconds())
     overviews = []
     for status in statuses:
         count = counts.get(status.id, {})
@@ -224,4 +227,6 @@ def leases_overview(now: datetime) -> LeasesOverview:
         clusters=overviews,
         problems=[status for status in statuses if status.problem],
         server_now=iso_js(now),
+        flap_window=window,
+        flap_changes=policy.changes,
     )

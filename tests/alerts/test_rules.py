@@ -13,8 +13,8 @@ from alerts import evaluation
 from alerts.conditions import Condition
 from alerts.models import AlertRule, Incident, IncidentEvent, IncidentState, Rule
 from alerts.rules import load_rule_configs
+from dashboard.flapping import FlapPolicy
 from dashboard.locks import ExpiringLock
-from leases.flapping import FLAP_THRESHOLD, FLAP_WINDOW
 from leases.models import KubeCluster, Lease, LeaseTransition
 from nks.models import Freshness, NksAccount, NksCluster, NksNodegroup, ResizeState
 from tests.alerts.conftest import Clock, evaluate, keep_fresh
@@ -30,6 +30,9 @@ from tests.alerts.factories import (
 from tests.leases.factories import NOW, make_cluster, make_lease, make_many_leases
 
 pytestmark = pytest.mark.django_db
+
+# What the Leases page counts as flapping when no admin changed the lease_flapping rule.
+FLAP_THRESHOLD, FLAP_WINDOW = FlapPolicy.configured().changes, FlapPolicy.configured().window
 
 
 def renew(lease: Lease, holder: str | None = None) -> None:
