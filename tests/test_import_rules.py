@@ -24,8 +24,9 @@ FEATURE_APPS = ("leases", "nks", "alerts")
 CLIENTS = ("leases.kube", "nks.client")
 # The demo set-up starts the fake servers; nothing else in the product knows them.
 MAY_IMPORT_FAKES = frozenset({"dashboard.management.commands.setup_demo"})
-# The neutral home of what every app uses: time formatting, the expiring lock, HTMX helpers.
-SHARED_HOMES = ("dashboard.timefmt", "dashboard.locks", "dashboard.htmx")
+# The neutral home of what every app uses: time formatting, the expiring lock, HTMX helpers,
+# links built without reverse().
+SHARED_HOMES = ("dashboard.timefmt", "dashboard.locks", "dashboard.htmx", "dashboard.links")
 # Modules of a feature app that are never another app's way in: pages, their template tags,
 # and helpers that belong in dashboard/ (a REFRESH_SECONDS read from leases.views, say).
 NOT_A_WAY_IN = frozenset({"views", "templatetags", "locks", "timefmt", "htmx"})
