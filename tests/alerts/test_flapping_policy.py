@@ -86,3 +86,8 @@ def test_an_admin_window_and_threshold_apply_to_page_and_rule_alike(
     assert flapping_on_page(engineer_client) == {"two-quick-changes"}
     text = engineer_client.get("/leases/").content.decode()
     assert 'title="2 holder changes in the last 2 min">flapping</span>' in text
+    overview = engineer_client.get("/").content.decode()
+    flapping = overview.split("<h3>Flapping", 1)[1].split("</div>", 1)[0]
+    assert "(≥ 2 holder changes in 2 min)" in flapping
+    assert "ops/two-quick-changes" in flapping
+    assert "ops/three-slow-changes" not in flapping
