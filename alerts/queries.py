@@ -1,4 +1,4 @@
-"""Read-side queries of the alerts app: silences, badge counts, metrics. Nothing writes.
+"""Read-side queries of the alerts app: filters, silences, badge counts, metrics. Nothing writes.
 
 Page presenters (`alerts.presenters`), the API, mail planning and delivery read through
 these, so "which silence applies" has one answer everywhere.
@@ -10,8 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Q, QuerySet
 
 from alerts.models import (
     AlertSubscription,
@@ -24,6 +25,49 @@ from alerts.models import (
     Severity,
     Silence,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentFilters:
+    """The alerts page's filters (IncidentFilterForm's clean values), kept in its links."""
+
+    state: str = ""  # "" = open ones, then recent resolved ones
+    rule: str = ""
+    severity: str = ""
+    cluster: str = ""
+    q: str = ""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.state or self.rule or self.severity or self.cluster or self.q)
+
+    def params(self) -> dict[str, str]:
+        values = {
+            "state": self.state,
+            "rule": self.rule,
+            "severity": self.severity,
+            "cluster": self.cluster,
+            "q": self.q,
+        }
+        return {key: value for key, value in values.items() if value}
+
+    def query_string(self) -> str:
+        params = self.params()
+        return f"?{urlencode(params)}" if params else ""
+
+
+def filter_incidents(filters: IncidentFilters) -> QuerySet[Incident]:
+    """Incidents matching the filters' rule, severity, cluster and text (not their state)."""
+    incidents = Incident.objects.all()
+    if filters.rule:
+        incidents = incidents.filter(rule=filters.rule)
+    if filters.severity:
+        incidents = incidents.filter(severity=filters.severity)
+    if filters.cluster:
+        incidents = incidents.filter(cluster=filters.cluster)
+    if filters.q:
+        incidents = incidents.filter(Q(title__icontains=filters.q) | Q(key__icontains=filters.q))
+    return incidents
 
 
 def active_silences(now: datetime, keys: Iterable[str] | None = None) -> dict[str, Silence]:

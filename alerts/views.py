@@ -15,8 +15,8 @@ from alerts import incident_actions
 from alerts.forms import IncidentFilterForm, SilenceForm, SubscriptionForm
 from alerts.models import Severity
 from alerts.presenters.incident_detail import incident_detail
-from alerts.presenters.incident_list import IncidentFilters, incident_tables
-from alerts.queries import incident_exists, subscription_of
+from alerts.presenters.incident_list import incident_tables
+from alerts.queries import IncidentFilters, incident_exists, subscription_of
 from dashboard.htmx import render_page
 
 

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
-from urllib.parse import urlencode
 
 from django.conf import settings
-from django.db.models import Q
 
 from alerts.models import (
     EvaluatorStatus,
@@ -21,39 +18,12 @@ from alerts.models import (
     Silence,
     severity_rank,
 )
-from alerts.queries import active_silences
+from alerts.queries import IncidentFilters, active_silences, filter_incidents
 from alerts.rules import RULE_SPECS
 from dashboard.timefmt import When, format_duration, iso_js, when
 
 RESOLVED_LIMIT = 50
 RESOLVED_FILTERED_LIMIT = 200
-
-
-@dataclass(frozen=True, slots=True)
-class IncidentFilters:
-    state: str = ""  # "" = open ones, then recent resolved ones
-    rule: str = ""
-    severity: str = ""
-    cluster: str = ""
-    q: str = ""
-
-    @property
-    def active(self) -> bool:
-        return bool(self.state or self.rule or self.severity or self.cluster or self.q)
-
-    def params(self) -> dict[str, str]:
-        values = {
-            "state": self.state,
-            "rule": self.rule,
-            "severity": self.severity,
-            "cluster": self.cluster,
-            "q": self.q,
-        }
-        return {key: value for key, value in values.items() if value}
-
-    def query_string(self) -> str:
-        params = self.params()
-        return f"?{urlencode(params)}" if params else ""
 
 
 @dataclass(slots=True)
@@ -126,19 +96,6 @@ def incident_row(incident: Incident, now: datetime, silence: Silence | None) -> 
     )
 
 
-def _filtered(filters: IncidentFilters) -> Any:
-    incidents = Incident.objects.select_related("acknowledged_by")
-    if filters.rule:
-        incidents = incidents.filter(rule=filters.rule)
-    if filters.severity:
-        incidents = incidents.filter(severity=filters.severity)
-    if filters.cluster:
-        incidents = incidents.filter(cluster=filters.cluster)
-    if filters.q:
-        incidents = incidents.filter(Q(title__icontains=filters.q) | Q(key__icontains=filters.q))
-    return incidents
-
-
 def evaluator_info(now: datetime) -> EvaluatorInfo:
     status = EvaluatorStatus.objects.filter(pk=1).first()
     interval = settings.ALERT_EVAL_SECONDS
@@ -154,7 +111,7 @@ def evaluator_info(now: datetime) -> EvaluatorInfo:
 
 def incident_tables(filters: IncidentFilters, now: datetime) -> IncidentTables:
     """Open incidents (critical, then unacknowledged, then newest first); recent resolved."""
-    incidents = _filtered(filters)
+    incidents = filter_incidents(filters).select_related("acknowledged_by")
     show_open = filters.state in ("", "open")
     show_resolved = filters.state in ("", "resolved")
     open_incidents = list(incidents.filter(state=IncidentState.FIRING)) if show_open else []
