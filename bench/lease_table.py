@@ -63,6 +63,7 @@ end
 @dataclass
 class Result:
     connections: int
+    requests: int
     requests_per_second: float
     p50_ms: float
     p99_ms: float
@@ -294,6 +295,7 @@ def run_wrk(url: str, script: Path, connections: int, duration: int) -> Result:
     requests, micros, p50, p99, non_2xx, errors = match.groups()
     return Result(
         connections=connections,
+        requests=int(requests),
         requests_per_second=int(requests) / (int(micros) / 1e6),
         p50_ms=float(p50) / 1000,
         p99_ms=float(p99) / 1000,
@@ -335,6 +337,26 @@ def stop(gunicorn: subprocess.Popen[bytes]) -> None:
         gunicorn.wait()
 
 
+def server_cpu_seconds(master: int) -> float:
+    """User + system CPU time of gunicorn's master and workers so far, from /proc.
+
+    Requests per second move with whatever else the machine runs; the CPU each request costs
+    in the server barely does, so the two together say whether a change made it cheaper.
+    """
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # After the ")" that ends the command name: state, ppid, ..., utime, stime.
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended meanwhile
+        if master in (int(entry.name), int(fields[1])):
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def measure(
     args: argparse.Namespace, env: dict[str, str], session: str, script: Path
 ) -> list[Result]:
@@ -350,11 +372,13 @@ def measure(
         run_wrk(url, script, 4, 3)  # warm-up: every worker connects and compiles templates
         results = []
         for connections_count in [int(c) for c in args.connections.split(",")]:
+            cpu_before = server_cpu_seconds(gunicorn.pid)
             result = run_wrk(url, script, connections_count, args.duration)
+            cpu_ms = (server_cpu_seconds(gunicorn.pid) - cpu_before) * 1000 / result.requests
             print(
                 f"{env['LEASE_TABLE_CACHE_SECONDS']:>7} {result.connections:>8} "
                 f"{result.requests_per_second:>9.1f} {result.p50_ms:>8.1f} {result.p99_ms:>8.1f} "
-                f"{result.non_2xx:>8} {result.socket_errors:>7}",
+                f"{result.non_2xx:>8} {result.socket_errors:>7} {cpu_ms:>9.2f}",
                 flush=True,
             )
             results.append(result)
@@ -426,10 +450,19 @@ def main() -> int:
             f"{args.workers} {args.worker_class} workers x {args.threads} threads, "
             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
             f"{args.duration} s per run; cache s: LEASE_TABLE_CACHE_SECONDS "
-            "(0 renders every request)"
+            "(0 renders every request); cpu ms/req: gunicorn's own CPU time per request"
         )
-        header = ("cache s", "clients", "req/s", "p50 ms", "p99 ms", "non-2xx", "errors")
-        print("{:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>7}".format(*header))
+        header = (
+            "cache s",
+            "clients",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "non-2xx",
+            "errors",
+            "cpu ms/req",
+        )
+        print("{:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>7} {:>9}".format(*header))
         by_cache: dict[str, list[Result]] = {}
         for seconds in args.cache_seconds.split(","):
             run_env = {**env, "LEASE_TABLE_CACHE_SECONDS": seconds.strip()}
