@@ -11,13 +11,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Q
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dashboard.metrics import DatabaseCollector
 from leases.models import KubeCluster, Lease, LeaseClass, LeaseState
-from leases.queries import expired_condition
+from leases.queries import held_count, state_counts
 
 PREFIX = "lease_dashboard"
 # Per-lease series only for classes with a handful of leases per cluster: node heartbeats
@@ -59,15 +58,10 @@ def watch_metrics(now: datetime) -> list[WatchMetrics]:
 def lease_counts(now: datetime) -> dict[tuple[str, str, str], int]:
     """(cluster, class, state) -> number of live leases, zero-filled so series never vanish."""
     names = dict(KubeCluster.objects.values_list("id", "name"))
-    expired = expired_condition(now)
     rows = (
         Lease.objects.live()
         .values("cluster_id", "lease_class")
-        .annotate(
-            total=Count("id"),
-            released=Count("id", filter=Q(holder="")),
-            expired=Count("id", filter=expired),
-        )
+        .annotate(**state_counts(now))
         .order_by()
     )
     counts = {
@@ -83,7 +77,7 @@ def lease_counts(now: datetime) -> dict[tuple[str, str, str], int]:
         key = (cluster, row["lease_class"])
         counts[(*key, LeaseState.RELEASED.value)] = row["released"]
         counts[(*key, LeaseState.EXPIRED.value)] = row["expired"]
-        counts[(*key, LeaseState.HELD.value)] = row["total"] - row["released"] - row["expired"]
+        counts[(*key, LeaseState.HELD.value)] = held_count(row)
     return counts
 
 

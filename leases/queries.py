@@ -250,6 +250,22 @@ def expired_condition(now: datetime) -> Q:
     return ~Q(holder="") & Q(expires_at__lte=now)
 
 
+def state_counts(now: datetime) -> dict[str, Count]:
+    """Aggregates counting a group's leases by state at `now`, for `.annotate(**...)`.
+
+    `total`, `released` and `expired`; the held ones are the rest (`held_count`).
+    """
+    return {
+        "total": Count("id"),
+        "released": Count("id", filter=Q(holder="")),
+        "expired": Count("id", filter=expired_condition(now)),
+    }
+
+
+def held_count(row: Mapping[str, int]) -> int:
+    return row["total"] - row["released"] - row["expired"]
+
+
 def state_counts_by_cluster(now: datetime) -> dict[int, dict[str, int]]:
     """Live leases per cluster by state, plus the two alarming subsets, in one query."""
     expired = expired_condition(now)
@@ -257,9 +273,7 @@ def state_counts_by_cluster(now: datetime) -> dict[int, dict[str, int]]:
         Lease.objects.live()
         .values("cluster_id")
         .annotate(
-            released=Count("id", filter=Q(holder="")),
-            expired=Count("id", filter=expired),
-            total=Count("id"),
+            **state_counts(now),
             expiring_soon=Count(
                 "id",
                 filter=~Q(holder="") & Q(expires_at__gt=now, expires_at__lte=now + EXPIRING_SOON),
@@ -270,8 +284,7 @@ def state_counts_by_cluster(now: datetime) -> dict[int, dict[str, int]]:
     )
     counts = {}
     for row in rows:
-        held = row["total"] - row["released"] - row["expired"]
-        counts[row["cluster_id"]] = {**row, "held": held}
+        counts[row["cluster_id"]] = {**row, "held": held_count(row)}
     return counts
 
 
