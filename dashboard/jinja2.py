@@ -7,8 +7,10 @@ without building HTML in Python. Every other page stays with Django templates.
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
+import markupsafe
 from django.http import HttpRequest
 from django.template import engines
 from django.templatetags.static import static
@@ -16,6 +18,39 @@ from django.urls import reverse
 from django.utils.module_loading import import_string
 from django.utils.safestring import SafeString, mark_safe
 from jinja2 import Environment, StrictUndefined
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.nodes import Expr
+
+
+def escape_output(value: Any) -> str:
+    """What autoescape prints for `{{ value }}`: text escaped as Django escapes it (&quot;,
+    &#x27;), anything else (Markup, numbers) as Jinja2 does."""
+    if type(value) is str:
+        return html.escape(value)
+    return markupsafe.escape(value)
+
+
+class EscapingCodeGenerator(CodeGenerator):
+    """Compiles each autoescaped `{{ value }}` to `environment.escape_output(value)`.
+
+    Jinja2's own `escape` (MarkupSafe) builds a Markup object for every value: for the ~1,900
+    values of one Leases table that is two thirds of the render (measured: 1.3 ms of 1.9).
+    Only the top of an output needs no Markup: macro and block results are still wrapped in
+    Markup by Jinja2, so nothing is escaped twice.
+    """
+
+    def _output_child_pre(self, node: Expr, frame: Frame, finalize: Any) -> None:
+        if frame.eval_ctx.volatile or not frame.eval_ctx.autoescape:
+            super()._output_child_pre(node, frame, finalize)
+            return
+        self.write("environment.escape_output(")
+        if finalize.src is not None:
+            self.write(finalize.src)
+
+
+class DashboardEnvironment(Environment):
+    code_generator_class = EscapingCodeGenerator
+    escape_output = staticmethod(escape_output)
 
 
 def environment(**options: Any) -> Environment:
@@ -28,7 +63,7 @@ def environment(**options: Any) -> Environment:
     options.setdefault("lstrip_blocks", True)
     # Dotted paths, so that this neutral module imports no feature app's template tags.
     filters = {name: import_string(path) for name, path in options.pop("filters", {}).items()}
-    env = Environment(autoescape=True, **options)
+    env = DashboardEnvironment(autoescape=True, **options)
     env.globals.update(url=reverse, static=static)
     env.filters.update(filters)
     return env
@@ -37,11 +72,11 @@ def environment(**options: Any) -> Environment:
 def render_jinja2(template_name: str, context: dict[str, Any], request: HttpRequest) -> SafeString:
     """A Jinja2 template's HTML, safe to place in a Django template.
 
-    MarkupSafe writes an escaped quote as &#34; and an apostrophe as &#39;, Django as &quot;
-    and &#x27;: the same characters. Respelt here, a value a cluster wrote reads the same on
-    every page, whichever engine drew it. No other &#34; or &#39; can be in the output: text
-    that contained one had its "&" escaped to &amp;.
+    MarkupSafe, which still escapes what is not plain text, writes a quote as &#34; and an
+    apostrophe as &#39;, Django as &quot; and &#x27;: the same characters. Respelt here, a
+    value reads the same on every page, whichever engine drew it. No other &#34; or &#39; can
+    be in the output: text that contained one had its "&" escaped to &amp;.
     """
-    html = engines["jinja2"].get_template(template_name).render(context, request)
-    html = html.replace("&#34;", "&quot;").replace("&#39;", "&#x27;")
-    return mark_safe(html)  # noqa: S308 (autoescaped template output)
+    text = engines["jinja2"].get_template(template_name).render(context, request)
+    text = text.replace("&#34;", "&quot;").replace("&#39;", "&#x27;")
+    return mark_safe(text)  # noqa: S308 (autoescaped template output)
