@@ -262,6 +262,9 @@ if REDIS_URL:
 
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost//"
+# kombu's filesystem transport, but writing each message aside and renaming it into place:
+# a worker must never pick up a message file that is still being written.
+CELERY_BROKER_TRANSPORT = None if REDIS_URL else "dashboard.broker:Transport"
 if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
         # Longer than any acks_late task may run, so an unacknowledged task is not
