@@ -235,7 +235,7 @@ class NksNodegroup(models.Model):
 
     ``ready``/``not_ready`` come from the cluster's health report (``nodegroup-stats``, or the
     per-node keys mapped to the nodegroup by name); None when NKS did not say.
-    ``nodes`` is a list of {"uuid", "name", "address", "ready"}: see ``nks.poller.node_list``.
+    ``nodes`` is a list of {"uuid", "name", "address", "ready"}: see ``nks.health.node_list``.
     """
 
     cluster = models.ForeignKey(NksCluster, on_delete=models.CASCADE, related_name="nodegroups")

@@ -39,7 +39,7 @@ from nks.models import (
     ResizeRequest,
     ResizeState,
 )
-from nks.poller import upsert_events, upsert_nodegroups
+from nks.snapshot_store import upsert_events, upsert_nodegroups
 
 logger = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ import time_machine
 from django.utils import timezone
 
 from fakes.nks import FakeNks
+from nks.health import nodegroup_of_node
 from nks.models import (
     EventState,
     Freshness,
@@ -22,7 +23,7 @@ from nks.models import (
     NksNodegroup,
     stale_after,
 )
-from nks.poller import claim_due_accounts, nodegroup_of_node, poll_account, poll_lock
+from nks.poller import claim_due_accounts, poll_account, poll_lock
 from nks.services import prune_health_history
 
 pytestmark = pytest.mark.django_db
