@@ -10,10 +10,7 @@ never contains credentials or kubeconfig content.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,11 +18,13 @@ from urllib.parse import urlsplit
 
 import orjson
 import urllib3
-import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+
+from leases.kubeconfig import CheckedKubeconfig, KubeconfigRefused
+from leases.kubeconfig import parse_kubeconfig as check_kubeconfig
 
 logger = logging.getLogger(__name__)
 
@@ -68,293 +67,12 @@ class ListPage:
     continue_token: str
 
 
-@dataclass(frozen=True, slots=True)
-class CheckedKubeconfig:
-    """A kubeconfig that passed the safety check, and what an engineer should know about it."""
-
-    data: dict[str, Any] = field(repr=False)  # holds credentials: never in repr or logs
-    warnings: tuple[str, ...] = ()
-
-
-# What a kubeconfig may hold, section by section; everything else is refused. The SDK runs
-# `exec` and `auth-provider` plugins and reads every file a kubeconfig names, and whoever
-# supplies one (an admin form, a command line, an NKS API answer) must not get a program run
-# or a worker's file read that way. An allow-list, so a field added to kubeconfigs later is
-# refused until someone has checked what the SDK does with it.
-CLUSTER_FIELDS = (
-    "server",
-    "certificate-authority-data",
-    "insecure-skip-tls-verify",
-    "tls-server-name",
-    "disable-compression",
-    "extensions",
-)
-USER_FIELDS = ("token", "client-certificate-data", "client-key-data", "extensions")
-CONTEXT_FIELDS = ("cluster", "user", "namespace", "extensions")
-
-_USE_STATIC_CREDENTIALS = (
-    "Use a static `token` (for example a ServiceAccount token, see the README) or "
-    "client-certificate-data + client-key-data instead."
-)
-_USE_OWN_SERVICE_ACCOUNT = (
-    "Give the dashboard its own ServiceAccount that may only read Leases (see the README) "
-    "and use its token instead."
-)
-# Known fields that are refused: (what the SDK would do with it, what to use instead).
-_REFUSED_USER_FIELDS: dict[str, tuple[str, str]] = {
-    "exec": ("runs a program on the dashboard's workers", _USE_STATIC_CREDENTIALS),
-    "auth-provider": (
-        "runs a login plugin on the dashboard's workers (it may run a program, read the "
-        "workers' own cloud credentials or fetch tokens from another host)",
-        _USE_STATIC_CREDENTIALS,
-    ),
-    "tokenFile": (
-        "reads a file on the dashboard's workers",
-        "Put the token itself in `token` instead.",
-    ),
-    "client-certificate": (
-        "names a file on the dashboard's workers",
-        "Put the certificate itself, base64-encoded, in client-certificate-data instead.",
-    ),
-    "client-key": (
-        "names a file on the dashboard's workers",
-        "Put the key itself, base64-encoded, in client-key-data instead.",
-    ),
-    "username": ("is basic authentication", _USE_STATIC_CREDENTIALS),
-    "password": ("is basic authentication", _USE_STATIC_CREDENTIALS),
-    "as": ("impersonates another identity", _USE_OWN_SERVICE_ACCOUNT),
-    "as-uid": ("impersonates another identity", _USE_OWN_SERVICE_ACCOUNT),
-    "as-groups": ("impersonates other groups", _USE_OWN_SERVICE_ACCOUNT),
-    "as-user-extra": ("impersonates another identity", _USE_OWN_SERVICE_ACCOUNT),
-}
-_REFUSED_CLUSTER_FIELDS: dict[str, tuple[str, str]] = {
-    "certificate-authority": (
-        "names a file on the dashboard's workers",
-        "Put the CA certificate itself, base64-encoded, in certificate-authority-data instead.",
-    ),
-    "proxy-url": (
-        "sends the traffic, credentials included, through a host that is not the server the "
-        "kubeconfig names",
-        "Remove it; if the workers need a proxy, the operator sets HTTPS_PROXY in their "
-        "environment.",
-    ),
-}
-# A hostname as TLS knows it (SNI): dot-separated labels, no leading or trailing dot.
-_HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*")
-# Visible ASCII and space: anything else cannot travel in an Authorization header (a line
-# break ends the header; Python sends non-ASCII as Latin-1, which no API server expects).
-_HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
-
-
 def parse_kubeconfig(text: str, context: str = "") -> CheckedKubeconfig:
-    """The kubeconfig, checked for shape, context and safety; errors never quote it.
-
-    Raises KubeError(kind="config") naming every refused field.
-    """
+    """The kubeconfig, checked (leases.kubeconfig); a refusal is a configuration KubeError."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise KubeError(f"The kubeconfig is not valid YAML{where}.", kind="config") from None
-    if not isinstance(data, dict) or not isinstance(data.get("contexts"), list):
-        raise KubeError("The kubeconfig has no contexts: is this a kubeconfig file?", kind="config")
-    names = [entry.get("name") for entry in data["contexts"] if isinstance(entry, dict)]
-    wanted = context or data.get("current-context") or ""
-    if not wanted:
-        raise KubeError(
-            "The kubeconfig has no current-context; name one with --context.", kind="config"
-        )
-    if wanted not in names:
-        listed = ", ".join(str(name) for name in names) or "none"
-        raise KubeError(
-            f"Context {wanted!r} is not in the kubeconfig (contexts: {listed}).", kind="config"
-        )
-    warnings = check_kubeconfig_safety(data, wanted)
-    return CheckedKubeconfig(data=data, warnings=tuple(warnings))
-
-
-def check_kubeconfig_safety(data: dict[str, Any], context: str) -> list[str]:
-    """Refuse what would run code, read local files or go elsewhere; the warnings otherwise.
-
-    Every entry in the file is checked, not only those `context` uses: a stored kubeconfig
-    can be switched to another context later. Raises KubeError(kind="config") listing every
-    refusal, each naming the field, its entry and what to use instead.
-    """
-    problems: list[str] = []
-    clusters = _entries(data, "clusters", "cluster", problems)
-    users = _entries(data, "users", "user", problems)
-    contexts = _entries(data, "contexts", "context", problems)
-    for name, cluster in clusters.items():
-        problems += _cluster_problems(name, cluster)
-    for name, user in users.items():
-        problems += _user_problems(name, user)
-    for name, entry in contexts.items():
-        problems += _context_problems(name, entry, clusters, users)
-    if problems:
-        raise KubeError(" ".join(problems), kind="config")
-    chosen = contexts.get(context, {})
-    cluster_name, user_name = chosen.get("cluster"), chosen.get("user")
-    cluster = clusters.get(cluster_name, {}) if isinstance(cluster_name, str) else {}
-    user = users.get(user_name, {}) if isinstance(user_name, str) else {}
-    where = f"clusters[{_label(cluster_name)}].cluster"
-    warnings = []
-    if cluster.get("insecure-skip-tls-verify") is True:
-        warnings.append(
-            f"{where}.insecure-skip-tls-verify is true: the API server's certificate is not "
-            "checked, so anyone on the network path can read the credentials and forge what "
-            "the dashboard sees. Put the cluster's CA in certificate-authority-data instead."
-        )
-    if urlsplit(str(cluster.get("server", ""))).scheme == "http" and user.get("token"):
-        warnings.append(
-            f"{where}.server is plain http: the token travels unencrypted. Use the https "
-            "address with certificate-authority-data."
-        )
-    return warnings
-
-
-def _label(name: object) -> str:
-    """An entry's name fit for a message: short, one line (names are the supplier's text)."""
-    text = str(name)[:80]
-    return "".join(char if char.isprintable() else "?" for char in text)
-
-
-def _entries(
-    data: dict[str, Any], section: str, key: str, problems: list[str]
-) -> dict[str, dict[str, Any]]:
-    """The named maps of one section (`clusters` -> {name: cluster}); shape errors listed."""
-    entries = data.get(section)
-    if entries is None:
-        return {}
-    if not isinstance(entries, list):
-        problems.append(f"{section} must be a list.")
-        return {}
-    found: dict[str, dict[str, Any]] = {}
-    for position, entry in enumerate(entries):
-        name = entry.get("name") if isinstance(entry, dict) else None
-        if not isinstance(name, str) or not name:
-            problems.append(f"{section}[{position}] has no name.")
-            continue
-        if name in found:
-            problems.append(f"{section}[{_label(name)}] is defined twice.")
-            continue
-        body = entry.get(key)
-        if body is None:
-            # `user:` with nothing under it means no credentials; the SDK wants a map.
-            body = entry[key] = {}
-        if not isinstance(body, dict):
-            problems.append(f"{section}[{_label(name)}].{key} must be a map of fields.")
-            continue
-        found[name] = body
-    return found
-
-
-def _unknown_field(where: str, field_name: object, allowed: tuple[str, ...]) -> str:
-    return (
-        f"{where}.{_label(field_name)} is not a field the dashboard accepts, so it is refused "
-        f"rather than handed to the Kubernetes client unchecked. Allowed: {', '.join(allowed)}."
-    )
-
-
-def _cluster_problems(name: str, cluster: dict[str, Any]) -> list[str]:
-    where = f"clusters[{_label(name)}].cluster"
-    problems = []
-    for key, value in cluster.items():
-        if key in _REFUSED_CLUSTER_FIELDS:
-            what, instead = _REFUSED_CLUSTER_FIELDS[key]
-            problems.append(f"{where}.{key} {what}; it is refused. {instead}")
-        elif key not in CLUSTER_FIELDS:
-            problems.append(_unknown_field(where, key, CLUSTER_FIELDS))
-        elif key == "server":
-            problems += _server_problems(where, value)
-        elif key == "certificate-authority-data":
-            problems += _base64_problems(f"{where}.{key}", value)
-        elif key in {"insecure-skip-tls-verify", "disable-compression"} and not isinstance(
-            value, bool
-        ):
-            # The SDK takes `not value`: the string "false" would turn verification off.
-            problems.append(f"{where}.{key} must be true or false, not a {type(value).__name__}.")
-        elif key == "tls-server-name" and not (
-            isinstance(value, str) and len(value) <= 253 and _HOSTNAME.fullmatch(value)
-        ):
-            problems.append(f"{where}.{key} must be a host name (like api.example.com).")
-    if "server" not in cluster:
-        problems.append(f"{where} has no server.")
-    return problems
-
-
-def _server_problems(where: str, value: object) -> list[str]:
-    wrong = [f"{where}.server must be an http or https URL (like https://10.0.0.1:6443)."]
-    if not isinstance(value, str) or not _HEADER_SAFE.fullmatch(value) or " " in value:
-        return wrong
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError for a port out of range
-    except ValueError:
-        return wrong
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        return wrong
-    if parts.username is not None or parts.password is not None:
-        return [
-            f"{where}.server carries a user name or password; it is refused. "
-            + _USE_STATIC_CREDENTIALS
-        ]
-    return []
-
-
-def _base64_problems(where: str, value: object) -> list[str]:
-    """Inline certificates and keys are base64 (of PEM); the SDK would crash decoding others."""
-    if not isinstance(value, str):
-        return [f"{where} must be base64-encoded text."]
-    try:
-        base64.b64decode(value.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        return [f"{where} is not valid base64 (it must be base64-encoded PEM text)."]
-    return []
-
-
-def _user_problems(name: str, user: dict[str, Any]) -> list[str]:
-    where = f"users[{_label(name)}].user"
-    problems = []
-    for key, value in user.items():
-        if key in _REFUSED_USER_FIELDS:
-            what, instead = _REFUSED_USER_FIELDS[key]
-            problems.append(f"{where}.{key} {what}; it is refused. {instead}")
-        elif key not in USER_FIELDS:
-            problems.append(_unknown_field(where, key, USER_FIELDS))
-        elif key == "token" and not (isinstance(value, str) and _HEADER_SAFE.fullmatch(value)):
-            problems.append(
-                f"{where}.token must be one line of visible ASCII characters: it holds a line "
-                "break, a control or a non-ASCII character, which cannot be sent in an HTTP "
-                "header. Paste the token again, on one line."
-            )
-        elif key in {"client-certificate-data", "client-key-data"}:
-            problems += _base64_problems(f"{where}.{key}", value)
-    if ("client-certificate-data" in user) != ("client-key-data" in user):
-        problems.append(
-            f"{where} needs both client-certificate-data and client-key-data, or neither."
-        )
-    return problems
-
-
-def _context_problems(
-    name: str,
-    context: dict[str, Any],
-    clusters: dict[str, dict[str, Any]],
-    users: dict[str, dict[str, Any]],
-) -> list[str]:
-    where = f"contexts[{_label(name)}].context"
-    problems = [
-        _unknown_field(where, key, CONTEXT_FIELDS) for key in context if key not in CONTEXT_FIELDS
-    ]
-    cluster, user, namespace = context.get("cluster"), context.get("user"), context.get("namespace")
-    if not isinstance(cluster, str) or cluster not in clusters:
-        problems.append(f"{where}.cluster must name a cluster defined in the kubeconfig.")
-    if user is not None and (not isinstance(user, str) or user not in users):
-        problems.append(f"{where}.user must name a user defined in the kubeconfig.")
-    if namespace is not None and not isinstance(namespace, str):
-        problems.append(f"{where}.namespace must be text.")
-    return problems
+        return check_kubeconfig(text, context)
+    except KubeconfigRefused as refusal:
+        raise KubeError(str(refusal), kind="config") from None
 
 
 def connect(config: ClusterConfig) -> k8s.ApiClient:
