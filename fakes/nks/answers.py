@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from fakes.nks.model import (
@@ -29,9 +30,7 @@ class JsonAnswers:
     kube_server_url: str | None
     clusters: dict[str, FakeCluster]
     remove_after_list: set[str]
-
-    def now(self) -> float:
-        raise NotImplementedError
+    now: Callable[[], float]  # the state's clock (seconds), so health ages as time passes
 
     # ---- health ------------------------------------------------------------------------
 
