@@ -16,7 +16,7 @@ from nks.forms import ResizeForm
 from nks.models import ResizeRequest
 from nks.presenters.api import api_clusters, api_resize_request
 from nks.queries import expired_lease_names, get_nodegroup
-from nks.services import ResizeConflict, request_resize
+from nks.resizes import ResizeConflict, request_resize
 
 RESIZE_FIELDS = frozenset({"node_count", "nodes_to_remove", "reason"})
 

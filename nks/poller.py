@@ -28,6 +28,7 @@ from nks.accounts import client_for
 from nks.models import (
     NksAccount,
 )
+from nks.resizes import advance_resizes_from_poll
 from nks.snapshot_store import StoreSummary, store_snapshot
 
 logger = logging.getLogger(__name__)
@@ -105,8 +106,6 @@ def poll_account(account_id: int) -> PollResult:
             )
         fetched = time.monotonic() - started
         store = store_snapshot(account, snapshot, now)
-        from nks.services import advance_resizes_from_poll
-
         advance_resizes_from_poll(account_id)
         seconds = time.monotonic() - started
         NksAccount.objects.filter(pk=account_id).update(

@@ -16,7 +16,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from nks import poller, services
+from nks import poller, resizes, services
 from nks.models import ResizeState
 
 
@@ -35,20 +35,20 @@ def poll_account(account_id: int) -> None:
 @shared_task(ignore_result=True)
 def submit_resize(request_id: int) -> None:
     # Never retried: a write whose fate is unknown is followed up, not sent again.
-    state = services.submit_resize(request_id)
+    state = resizes.submit_resize(request_id)
     if state in (ResizeState.SUBMITTED, ResizeState.UNCERTAIN):
         follow_resize.apply_async((request_id,), countdown=settings.NKS_RESIZE_FOLLOW_SECONDS)
 
 
 @shared_task(ignore_result=True)
 def follow_resize(request_id: int) -> None:
-    if services.follow_resize(request_id):
+    if resizes.follow_resize(request_id):
         follow_resize.apply_async((request_id,), countdown=settings.NKS_RESIZE_FOLLOW_SECONDS)
 
 
 @shared_task(ignore_result=True)
 def sweep_resizes() -> None:
-    sweep = services.sweep_resizes(timezone.now())
+    sweep = resizes.sweep_resizes(timezone.now())
     for request_id in sweep.resent:
         submit_resize.delay(request_id)
     for request_id in sweep.followed:

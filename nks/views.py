@@ -22,7 +22,8 @@ from nks.presenters.nodegroup_detail import latest_resize_row, nodegroup_detail
 from nks.presenters.resize_audit import resize_audit
 from nks.presenters.resize_detail import resize_detail
 from nks.queries import expired_lease_names, get_cluster, get_nodegroup
-from nks.services import LeaseSourceError, ResizeConflict, request_resize, watch_cluster_leases
+from nks.resizes import ResizeConflict, request_resize
+from nks.services import LeaseSourceError, watch_cluster_leases
 
 # A resize in flight is followed faster than the pages' PAGE_REFRESH_SECONDS (from the
 # page_refresh context processor): the engineer who asked for it is watching it land.

@@ -12,7 +12,7 @@ from django.test import Client
 from dashboard.models import ApiToken
 from fakes.nks import FakeNks
 from nks.models import NksAccount, NksNodegroup, ResizeRequest
-from nks.services import submit_resize
+from nks.resizes import submit_resize
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 from fakes.nks import FakeNks
 from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeRequest, ResizeState
 from nks.poller import poll_account
-from nks.services import (
+from nks.resizes import (
     UNCERTAIN_GIVE_UP,
     ResizeConflict,
     advance_resize,
