@@ -202,22 +202,31 @@ def _entries(
     return found
 
 
-def _unknown_field(where: str, field_name: object, allowed: tuple[str, ...]) -> str:
-    return (
-        f"{where}.{_label(field_name)} is not a field the dashboard accepts, so it is refused "
-        f"rather than handed to the Kubernetes client unchecked. Allowed: {', '.join(allowed)}."
-    )
+def _refusal(
+    where: str,
+    key: object,
+    refused: dict[str, tuple[str, str]],
+    allowed: tuple[str, ...],
+) -> str | None:
+    """Why a field is refused (a known danger, or not on the allow-list), or None."""
+    if isinstance(key, str) and key in refused:
+        what, instead = refused[key]
+        return f"{where}.{key} {what}; it is refused. {instead}"
+    if key not in allowed:
+        return (
+            f"{where}.{_label(key)} is not a field the dashboard accepts, so it is refused "
+            f"rather than handed to the Kubernetes client unchecked. Allowed: {', '.join(allowed)}."
+        )
+    return None
 
 
 def _cluster_problems(name: str, cluster: dict[str, Any]) -> list[str]:
     where = f"clusters[{_label(name)}].cluster"
     problems = []
     for key, value in cluster.items():
-        if key in _REFUSED_CLUSTER_FIELDS:
-            what, instead = _REFUSED_CLUSTER_FIELDS[key]
-            problems.append(f"{where}.{key} {what}; it is refused. {instead}")
-        elif key not in CLUSTER_FIELDS:
-            problems.append(_unknown_field(where, key, CLUSTER_FIELDS))
+        refusal = _refusal(where, key, _REFUSED_CLUSTER_FIELDS, CLUSTER_FIELDS)
+        if refusal is not None:
+            problems.append(refusal)
         elif key == "server":
             problems += _server_problems(where, value)
         elif key == "certificate-authority-data":
@@ -270,11 +279,9 @@ def _user_problems(name: str, user: dict[str, Any]) -> list[str]:
     where = f"users[{_label(name)}].user"
     problems = []
     for key, value in user.items():
-        if key in _REFUSED_USER_FIELDS:
-            what, instead = _REFUSED_USER_FIELDS[key]
-            problems.append(f"{where}.{key} {what}; it is refused. {instead}")
-        elif key not in USER_FIELDS:
-            problems.append(_unknown_field(where, key, USER_FIELDS))
+        refusal = _refusal(where, key, _REFUSED_USER_FIELDS, USER_FIELDS)
+        if refusal is not None:
+            problems.append(refusal)
         elif key == "token" and not (isinstance(value, str) and _HEADER_SAFE.fullmatch(value)):
             problems.append(
                 f"{where}.token must be one line of visible ASCII characters: it holds a line "
@@ -298,7 +305,9 @@ def _context_problems(
 ) -> list[str]:
     where = f"contexts[{_label(name)}].context"
     problems = [
-        _unknown_field(where, key, CONTEXT_FIELDS) for key in context if key not in CONTEXT_FIELDS
+        refusal
+        for key in context
+        if (refusal := _refusal(where, key, {}, CONTEXT_FIELDS)) is not None
     ]
     cluster, user, namespace = context.get("cluster"), context.get("user"), context.get("namespace")
     if not isinstance(cluster, str) or cluster not in clusters:
