@@ -17,6 +17,17 @@ from dashboard.encryption import EncryptedTextField
 WATCHER_STALE_AFTER = timedelta(seconds=30)
 
 
+class ResourceWatchState(models.TextChoices):
+    """Where the watch of one resource (Nodes) of one cluster stands, in words."""
+
+    NOT_STARTED = "not_started", "not started"
+    WATCHING = "watching", "watching"
+    RECONNECTING = "reconnecting", "reconnecting"
+    FORBIDDEN = "forbidden", "forbidden (RBAC)"
+    NOT_SERVED = "not_served", "not served"
+    ERROR = "error", "error"
+
+
 class KubeCluster(models.Model):
     class Source(models.TextChoices):
         KUBECONFIG = "kubeconfig", "kubeconfig"
@@ -57,6 +68,24 @@ class KubeCluster(models.Model):
         "stored as sent (a NUL character, say).",
     )
     candidates_api = models.CharField(max_length=40, blank=True)
+    # Why LeaseCandidates are missing, when they are: "forbidden" (RBAC), "not_served" (an
+    # older API server), or "" while they are read fine or not yet asked for.
+    candidates_problem = models.CharField(max_length=20, blank=True)
+
+    # The Node watch of this cluster, beside the Lease watch (same lock, same worker).
+    nodes_watch = models.CharField(
+        max_length=20, choices=ResourceWatchState.choices, default=ResourceWatchState.NOT_STARTED
+    )
+    nodes_connected_since = models.DateTimeField(null=True, blank=True)
+    nodes_last_list_at = models.DateTimeField(null=True, blank=True)
+    nodes_last_event_at = models.DateTimeField(null=True, blank=True)
+    nodes_resource_version = models.CharField(max_length=64, blank=True)
+    nodes_events_total = models.BigIntegerField(default=0)
+    nodes_relists_total = models.BigIntegerField(default=0)
+    nodes_reconnects_total = models.BigIntegerField(default=0)
+    nodes_lag_seconds = models.FloatField(default=0.0)
+    nodes_last_error = models.TextField(blank=True)
+    nodes_last_error_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -204,3 +233,104 @@ class LeaseCandidate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name} for {self.lease_name}"
+
+
+# Labels OpenStack Magnum (under NKS) writes on every node it creates.
+NODEGROUP_LABEL = "magnum.openstack.org/nodegroup"
+ROLE_LABEL = "magnum.openstack.org/role"
+
+# The node conditions the dashboard keeps; kubelets and add-ons may report others.
+KEPT_NODE_CONDITIONS = (
+    "Ready",
+    "MemoryPressure",
+    "DiskPressure",
+    "PIDPressure",
+    "NetworkUnavailable",
+)
+
+
+class ConditionStatus(models.TextChoices):
+    """A node condition's status as Kubernetes reports it; "" when the node reports none."""
+
+    TRUE = "True", "True"
+    FALSE = "False", "False"
+    UNKNOWN = "Unknown", "Unknown"
+    MISSING = "", "not reported"
+
+
+class NodeQuerySet(models.QuerySet["Node"]):
+    def present(self) -> NodeQuerySet:
+        return self.filter(deleted_at__isnull=True)
+
+    def in_nodegroup(self, nodegroup: str) -> NodeQuerySet:
+        return self.filter(nodegroup_label=nodegroup)
+
+
+class Node(models.Model):
+    """A Kubernetes Node as the watcher last saw it, cut down to what the dashboard uses.
+
+    Node objects are large (images, volumes, addresses, capacity); keeping all of it would
+    multiply the write load of a 5,000-node cluster for nothing.
+    """
+
+    cluster = models.ForeignKey(KubeCluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(null=True, blank=True)  # metadata.creationTimestamp
+    # spec.providerID, e.g. openstack:///<instance-uuid> on NHN Cloud; untrusted text.
+    provider_id = models.CharField(max_length=512, blank=True)
+    unschedulable = models.BooleanField(default=False)  # cordoned
+    taints = models.JSONField(default=list, blank=True)  # [{"key", "value", "effect"}]
+    # The KEPT_NODE_CONDITIONS the node reports, by type: {"Ready": {"status", "reason",
+    # "message", "last_transition_time"}}.
+    conditions = models.JSONField(default=dict, blank=True)
+    # Ready, copied out of `conditions` so pages and rules can filter on it in SQL.
+    ready = models.CharField(
+        max_length=8, choices=ConditionStatus.choices, default=ConditionStatus.MISSING, blank=True
+    )
+    ready_since = models.DateTimeField(null=True, blank=True)  # Ready's lastTransitionTime
+    # Copied out of `labels` for the same reason; "" when the label is missing.
+    nodegroup_label = models.CharField(max_length=253, blank=True)
+    kubelet_version = models.CharField(max_length=64, blank=True)
+    internal_address = models.CharField(max_length=64, blank=True)
+    resource_version = models.CharField(max_length=64, blank=True)
+    observed_at = models.DateTimeField(default=timezone.now)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = NodeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="node_unique_per_cluster")
+        ]
+        indexes = [
+            models.Index(fields=["cluster", "nodegroup_label"], name="node_nodegroup"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}:{self.name}"
+
+
+class NodeReadyChange(models.Model):
+    """A change of a node's Ready condition seen by the watcher: history, like a holder change."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="ready_changes")
+    from_status = models.CharField(max_length=8, choices=ConditionStatus.choices, blank=True)
+    to_status = models.CharField(max_length=8, choices=ConditionStatus.choices, blank=True)
+    reason = models.CharField(max_length=128, blank=True)
+    message = models.TextField(blank=True)
+    # Ready's lastTransitionTime as the kubelet (or node controller) wrote it.
+    transitioned_at = models.DateTimeField(null=True, blank=True)
+    observed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["observed_at", "id"]
+        indexes = [
+            models.Index(fields=["node", "observed_at"], name="ready_change_node_time"),
+            models.Index(fields=["observed_at"], name="ready_change_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}: {self.from_status or '-'} -> {self.to_status or '-'}"
