@@ -22,7 +22,7 @@ from nks.models import (
     NksNodegroup,
     ResizeRequest,
 )
-from nks.services import linked_kube_cluster
+from nks.services import kube_name as linked_kube_name
 
 ACCOUNT_SECRETS = ("password", "token")
 
@@ -138,20 +138,28 @@ def node_heartbeats(kube_cluster: KubeCluster) -> QuerySet[Lease, dict[str, Any]
     )
 
 
-def expired_lease_names(nodegroup: NksNodegroup, now: datetime) -> set[str]:
-    """Names of nodes of the nodegroup's cluster whose heartbeat Lease has expired."""
-    kube_cluster = linked_kube_cluster(nodegroup.cluster)
-    if kube_cluster is None:
-        return set()
-    names = [node["name"] for node in nodegroup.nodes if node.get("name")]
-    return set(
-        Lease.objects.live()
-        .filter(
-            cluster=kube_cluster,
-            lease_class=LeaseClass.NODE_HEARTBEAT,
-            name__in=names,
-            expires_at__lte=now,
+def nks_cluster_watched_as(kube_cluster: KubeCluster) -> tuple[NksCluster, set[str]] | None:
+    """The NKS cluster a Lease source watches, with its live nodegroups' names; or None.
+
+    The reverse of ``nks.services.linked_kube_cluster``: the cluster linked to it, else a live
+    one whose name it was registered under.
+    """
+    clusters = NksCluster.objects.live().defer("node_readiness", "node_addresses")
+    cluster = clusters.filter(kube_cluster=kube_cluster).first()
+    if cluster is None:
+        cluster = next(
+            (
+                candidate
+                for candidate in clusters.filter(kube_cluster__isnull=True)
+                if linked_kube_name(candidate.name) == kube_cluster.name
+            ),
+            None,
         )
-        .exclude(holder="")
-        .values_list("name", flat=True)
+    if cluster is None:
+        return None
+    names = set(
+        NksNodegroup.objects.filter(cluster=cluster, gone_at__isnull=True).values_list(
+            "name", flat=True
+        )
     )
+    return cluster, names

@@ -110,10 +110,11 @@ def linked_kube_cluster(cluster: NksCluster) -> KubeCluster | None:
     """The Lease source watching this cluster: the linked one, or one with the same name."""
     if cluster.kube_cluster_id is not None:
         return cluster.kube_cluster
-    return KubeCluster.objects.defer("kubeconfig").filter(name=_kube_name(cluster.name)).first()
+    return KubeCluster.objects.defer("kubeconfig").filter(name=kube_name(cluster.name)).first()
 
 
-def _kube_name(name: str) -> str:
+def kube_name(name: str) -> str:
+    """The Lease source name an NKS cluster is registered (and matched) under."""
     return slugify(name)[:63] or "nks-cluster"
 
 
@@ -138,7 +139,7 @@ def watch_cluster_leases(cluster_id: int) -> LeaseSource:
     try:
         with transaction.atomic():
             kube_cluster, created = register_kube_cluster(
-                _kube_name(cluster.name), kubeconfig=kubeconfig
+                kube_name(cluster.name), kubeconfig=kubeconfig
             )
             NksCluster.objects.filter(pk=cluster_id).update(kube_cluster=kube_cluster)
     except ClusterConfigError as error:

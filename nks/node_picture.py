@@ -1,0 +1,337 @@
+"""What the cluster itself says about an NKS nodegroup's nodes, and where NKS disagrees.
+
+NKS's API names no node (its nodegroup answer carries addresses only), so the node picture
+comes from the Kubernetes cluster behind it, watched through its own API: its Node objects
+(Ready, cordoned, ``spec.providerID`` holding the instance UUID that ``nodes_to_remove``
+takes, the ``magnum.openstack.org/nodegroup`` label that says which nodegroup a node is in)
+and their heartbeat Leases in ``kube-node-lease``. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Q
+from django.urls import reverse
+
+from dashboard.links import lease_url, path_segment
+from dashboard.timefmt import iso_utc
+from leases.models import (
+    ConditionStatus,
+    KubeCluster,
+    Lease,
+    LeaseState,
+    Node,
+    lease_state,
+)
+from leases.presenters.node_detail import node_watch_problem
+from leases.provider_id import InstanceId, instance_uuid
+from nks.enums import Freshness
+from nks.models import NksCluster, NksNodegroup
+from nks.services import linked_kube_cluster
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+
+@dataclass(slots=True)
+class NodeLine:
+    """One Node object with its heartbeat Lease, as domain values (presenters format them)."""
+
+    name: str
+    url: str
+    nodegroup: str  # the label's value; "" when the node has no such label
+    ready: ConditionStatus
+    ready_reason: str
+    ready_message: str
+    ready_since: datetime | None
+    created_at: datetime | None
+    cordoned: bool
+    instance: InstanceId
+    heartbeat: LeaseState | None  # None: no heartbeat Lease of that name
+    heartbeat_renewed: datetime | None
+    heartbeat_expires: datetime | None
+    heartbeat_url: str
+    deleted_at: datetime | None = None
+
+    @property
+    def not_ready(self) -> bool:
+        return self.ready != ConditionStatus.TRUE
+
+    @property
+    def heartbeat_expired(self) -> bool:
+        return self.heartbeat == LeaseState.EXPIRED
+
+    @property
+    def removal_rank(self) -> int:
+        """Which nodes a scale-in should take first: NotReady, silent, cordoned, the rest."""
+        if self.not_ready:
+            return 0
+        if self.heartbeat_expired:
+            return 1
+        if self.cordoned:
+            return 2
+        return 3
+
+
+def node_url(cluster: str, name: str) -> str:
+    """The node page's URL (leases:node), built like lease links: tables make many."""
+    return f"{reverse('leases:index')}clusters/{path_segment(cluster)}/nodes/{path_segment(name)}/"
+
+
+def node_lines(
+    kube_cluster: KubeCluster,
+    now: datetime,
+    nodes: Iterable[Node],
+) -> list[NodeLine]:
+    """The given Node rows of one cluster, each joined with its heartbeat Lease by name."""
+    rows = list(nodes)
+    leases = {
+        lease.name: lease
+        for lease in Lease.objects.live()
+        .filter(
+            cluster=kube_cluster,
+            namespace=NODE_LEASE_NAMESPACE,
+            name__in=[node.name for node in rows],
+        )
+        .only("name", "holder", "renew_time", "expires_at")
+    }
+    prefix = reverse("leases:index")
+    lines = []
+    for node in rows:
+        ready = (node.conditions or {}).get("Ready") or {}
+        lease = leases.get(node.name)
+        lines.append(
+            NodeLine(
+                name=node.name,
+                url=node_url(kube_cluster.name, node.name),
+                nodegroup=node.nodegroup_label,
+                ready=ConditionStatus(node.ready)
+                if node.ready in ConditionStatus.values
+                else ConditionStatus.UNKNOWN,
+                ready_reason=str(ready.get("reason") or ""),
+                ready_message=str(ready.get("message") or ""),
+                ready_since=node.ready_since,
+                created_at=node.created_at,
+                cordoned=node.unschedulable,
+                instance=instance_uuid(node.provider_id),
+                heartbeat=lease_state(lease.holder, lease.expires_at, now) if lease else None,
+                heartbeat_renewed=lease.renew_time if lease else None,
+                heartbeat_expires=lease.expires_at if lease else None,
+                heartbeat_url=lease_url(prefix, kube_cluster.name, NODE_LEASE_NAMESPACE, node.name)
+                if lease
+                else "",
+                deleted_at=node.deleted_at,
+            )
+        )
+    return lines
+
+
+@dataclass(slots=True)
+class NodegroupNodes:
+    """The watched cluster's Nodes for one nodegroup: members by label, and unlabelled ones."""
+
+    kube_cluster: KubeCluster
+    members: list[NodeLine]
+    # Nodes without the nodegroup label: their nodegroup is unknown, never offered for removal.
+    unlabelled: list[NodeLine]
+    watch_problem: str
+
+    def removal_order(self) -> list[NodeLine]:
+        """Members a scale-in may name (instance UUID known), best candidates first."""
+        choosable = [node for node in self.members if node.instance.ok]
+        return sorted(choosable, key=lambda node: (node.removal_rank, node.name))
+
+
+def nodegroup_nodes(nodegroup: NksNodegroup, now: datetime) -> NodegroupNodes | None:
+    """The nodegroup's Nodes from the cluster's own API; None when the cluster is not watched."""
+    kube_cluster = linked_kube_cluster(nodegroup.cluster)
+    if kube_cluster is None:
+        return None
+    present = Node.objects.present().filter(cluster=kube_cluster)
+    members = node_lines(kube_cluster, now, present.in_nodegroup(nodegroup.name))
+    unlabelled = node_lines(kube_cluster, now, present.filter(nodegroup_label=""))
+    return NodegroupNodes(
+        kube_cluster=kube_cluster,
+        members=members,
+        unlabelled=unlabelled,
+        watch_problem=node_watch_problem(kube_cluster, now),
+    )
+
+
+# --- The cross-check ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CrossCheck:
+    """NKS's counts beside the cluster's own, and each disagreement in words.
+
+    ``unjudged`` says why no verdict is given (stale data on either side, an operation NKS
+    is running); the counts are still shown. ``disagreements`` is empty when both agree.
+    """
+
+    nodegroup: str
+    nks_nodes: int | None
+    nks_ready: int | None
+    nks_not_ready: int | None
+    node_objects: int | None
+    nodes_ready: int | None
+    nodes_not_ready: int | None
+    heartbeats_expired: int | None
+    unjudged: str = ""
+    disagreements: list[str] = field(default_factory=list)
+
+    @property
+    def agrees(self) -> bool:
+        return not self.unjudged and not self.disagreements
+
+
+def _nks_unjudged(cluster: NksCluster, nodegroup: NksNodegroup, now: datetime) -> str:
+    if cluster.account.is_stale(now) or cluster.is_stale(now):
+        return "The dashboard's NKS data about this cluster is stale."
+    if cluster.freshness != Freshness.FRESH:
+        status = cluster.health_status or "missing"
+        return f"NKS's health data is {status}, so its counts are unknown."
+    if nodegroup.in_progress or cluster.in_progress:
+        return "NKS is running an operation on it; nodes come and go meanwhile."
+    if (cluster.api_status or "").strip().upper() not in ("", "NORMAL") or cluster.api_ok is False:
+        return "NKS reports the cluster's API is down: the cluster's own data cannot be read."
+    return ""
+
+
+def _moment(value: datetime | None) -> str:
+    return iso_utc(value) if value is not None else "an unknown time"
+
+
+def cross_check(
+    nodegroup: NksNodegroup, nodes: NodegroupNodes | None, now: datetime
+) -> CrossCheck | None:
+    """NKS's node_count and ready:not-ready beside the Nodes and heartbeat Leases; None unwatched.
+
+    ``nodegroup.cluster`` (with its account) must be loaded.
+    """
+    if nodes is None:
+        return None
+    members = nodes.members
+    check = CrossCheck(
+        nodegroup=nodegroup.name,
+        nks_nodes=nodegroup.node_count,
+        nks_ready=nodegroup.ready,
+        nks_not_ready=nodegroup.not_ready,
+        node_objects=len(members),
+        nodes_ready=sum(1 for node in members if not node.not_ready),
+        nodes_not_ready=sum(1 for node in members if node.not_ready),
+        heartbeats_expired=sum(1 for node in members if node.heartbeat_expired),
+    )
+    check.unjudged = nodes.watch_problem or _nks_unjudged(nodegroup.cluster, nodegroup, now)
+    if check.unjudged:
+        return check
+    check.disagreements = disagreements(nodegroup, members)
+    return check
+
+
+def disagreements(nodegroup: NksNodegroup, members: Sequence[NodeLine]) -> list[str]:
+    """Each way NKS's report and the cluster's Nodes and Leases disagree, in words."""
+    found: list[str] = []
+    name = nodegroup.name
+    count = len(members)
+    if nodegroup.node_count is not None and nodegroup.node_count != count:
+        found.append(
+            f"NKS says {nodegroup.node_count} node{'s' if nodegroup.node_count != 1 else ''} "
+            f"in {name}; the cluster has {count} Node object{'s' if count != 1 else ''} "
+            "labelled with it."
+        )
+    ready = sum(1 for node in members if not node.not_ready)
+    nks_counts = (nodegroup.ready, nodegroup.not_ready)
+    if None not in nks_counts and nks_counts != (ready, count - ready):
+        found.append(
+            f"NKS counts {nodegroup.ready}:{nodegroup.not_ready} ready:not ready in {name}; "
+            f"the cluster's Nodes say {ready}:{count - ready}."
+        )
+    per_node = nodegroup.cluster.node_readiness or {}
+    for node in members:
+        if not node.heartbeat_expired:
+            continue
+        said = per_node.get(node.name)
+        nks_counts_ready = said is True or (said is None and nodegroup.not_ready == 0)
+        if nks_counts_ready:
+            found.append(
+                f"NKS counts node {node.name} ready; its heartbeat Lease expired at "
+                f"{_moment(node.heartbeat_expires)}."
+            )
+    return found
+
+
+def cluster_cross_checks(cluster: NksCluster, now: datetime) -> list[CrossCheck]:
+    """The cross-check of each live worker nodegroup of a watched cluster (empty unwatched)."""
+    checks = []
+    groups = sorted(
+        (group for group in cluster.nodegroups.all() if group.gone_at is None and group.is_worker),
+        key=lambda group: group.name,
+    )
+    for group in groups:
+        group.cluster = cluster  # already loaded, with its account and Lease source
+        check = cross_check(group, nodegroup_nodes(group, now), now)
+        if check is not None:
+            checks.append(check)
+    return checks
+
+
+# --- After a scale-in ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RemovedNode:
+    """A node a resize named for removal, and whether the cluster has let go of it yet."""
+
+    uuid: str
+    name: str  # "" when no Node with that instance UUID was ever seen
+    url: str
+    deleted_at: datetime | None  # when the watcher saw its Node object deleted
+    lease_gone: bool  # its heartbeat Lease is deleted (or was never seen)
+
+
+def removed_nodes(nodegroup: NksNodegroup, uuids: Sequence[str]) -> list[RemovedNode] | None:
+    """The Nodes behind the given instance UUIDs, deleted ones included; None unwatched.
+
+    The final confirmation of a scale-in: NKS reports the resize done when its stack is,
+    but the node is gone only when the cluster's Node object (and its Lease) is.
+    """
+    kube_cluster = linked_kube_cluster(nodegroup.cluster)
+    if kube_cluster is None:
+        return None
+    wanted = [uuid.lower() for uuid in uuids]
+    if not wanted:
+        return []
+    candidates = Q()
+    for uuid in wanted:
+        candidates |= Q(provider_id__iendswith=uuid)
+    found: dict[str, Node] = {}
+    for node in Node.objects.filter(candidates, cluster=kube_cluster).order_by("deleted_at"):
+        parsed = instance_uuid(node.provider_id).uuid
+        # A deleted Node and a new one may share the UUID only in theory; the present wins.
+        if parsed in wanted and (parsed not in found or node.deleted_at is None):
+            found[parsed] = node
+    live_leases = set(
+        Lease.objects.live()
+        .filter(
+            cluster=kube_cluster,
+            namespace=NODE_LEASE_NAMESPACE,
+            name__in=[node.name for node in found.values()],
+        )
+        .values_list("name", flat=True)
+    )
+    result = []
+    for uuid in wanted:
+        node = found.get(uuid)
+        result.append(
+            RemovedNode(
+                uuid=uuid,
+                name=node.name if node else "",
+                url=node_url(kube_cluster.name, node.name) if node else "",
+                deleted_at=node.deleted_at if node else None,
+                lease_gone=node is None or node.name not in live_leases,
+            )
+        )
+    return result
