@@ -12,12 +12,14 @@ from django.conf import settings
 from django.db.models import Count, Sum
 
 from dashboard.flapping import flap_policy
+from dashboard.links import path_segment
 from dashboard.timefmt import When, format_duration, iso_js, when
 from leases.flapping import flap_counts
 from leases.models import (
     Lease,
     LeaseCandidate,
     LeaseTransition,
+    Node,
 )
 from leases.presenters.display import (
     CLASS_LABELS,
@@ -81,6 +83,8 @@ class LeaseDetail:
     list_url: str
     time_zone: str
     flap_window: str
+    # A kube-node-lease heartbeat's Node page, when the Node watch has seen that node.
+    node_url: str = ""
 
 
 def _change_time(transition: LeaseTransition) -> datetime:
@@ -178,7 +182,17 @@ def lease_detail(cluster: str, namespace: str, name: str, now: datetime) -> Leas
         list_url=f"{leases_prefix()}?{urlencode({'cluster': cluster, 'namespace': namespace})}",
         time_zone=settings.TIME_ZONE,
         flap_window=format_duration(policy.window.total_seconds()),
+        node_url=_node_url(lease),
     )
+
+
+def _node_url(lease: Lease) -> str:
+    if lease.namespace != "kube-node-lease":
+        return ""
+    if not Node.objects.filter(cluster_id=lease.cluster_id, name=lease.name).exists():
+        return ""
+    cluster = path_segment(lease.cluster.name)
+    return f"{leases_prefix()}clusters/{cluster}/nodes/{path_segment(lease.name)}/"
 
 
 def lease_candidates(lease: Lease, now: datetime) -> list[CandidateRow]:
