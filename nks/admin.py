@@ -6,7 +6,7 @@ from django.http import HttpRequest
 
 from nks.forms import NksAccountForm
 from nks.models import NksAccount, NksCluster, NksEvent, NksNodegroup, ResizeRequest
-from nks.resizes import give_up_resize
+from nks.resize_progress import give_up_resize
 
 POLL_STATUS_FIELDS = (
     "last_poll_at",

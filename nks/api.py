@@ -14,8 +14,9 @@ from dashboard.models import ApiToken
 from dashboard.services import can_change_clusters
 from nks.forms import ResizeForm
 from nks.models import ResizeRequest
+from nks.node_picture import nodegroup_nodes
 from nks.presenters.api import api_clusters, api_resize_request
-from nks.queries import expired_lease_names, get_nodegroup
+from nks.queries import get_nodegroup
 from nks.resizes import ResizeConflict, request_resize
 
 RESIZE_FIELDS = frozenset({"node_count", "nodes_to_remove", "reason"})
@@ -61,7 +62,7 @@ def _resize_body(request: HttpRequest) -> tuple[dict[str, Any] | None, HttpRespo
         fields["node_count"] = ["Must be a whole number (a JSON integer)."]
     remove = body.get("nodes_to_remove", [])
     if not isinstance(remove, list) or not all(isinstance(item, str) for item in remove):
-        fields["nodes_to_remove"] = ["Must be a list of node instance UUIDs (strings)."]
+        fields["nodes_to_remove"] = ["Must be a list of node names or instance UUIDs (strings)."]
     else:
         # A repeated uuid would count twice towards "choose exactly N" and remove one node.
         repeated = [node for node, times in Counter(remove).items() if times > 1]
@@ -80,6 +81,10 @@ def _resize_body(request: HttpRequest) -> tuple[dict[str, Any] | None, HttpRespo
 @api_view(methods=("POST",), scope=ApiToken.Scope.WRITE, action="resizing")
 def resize(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
     """Ask for a resize: ``{"node_count": 3, "nodes_to_remove": [...], "reason": "..."}``.
+
+    ``nodes_to_remove`` names nodes of the nodegroup by name or instance UUID, as the form
+    offers them (Nodes of the watched cluster with the nodegroup's label and a parsable
+    providerID); NKS is always sent the UUIDs.
 
     The same permission (operators), checks and audit as the form, without the typed
     confirmation; a bearer token also needs scope ``write``. Answers 202 with the request's
@@ -104,7 +109,7 @@ def resize(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
     form = ResizeForm(
         data,
         nodegroup=nodegroup,
-        expired_nodes=expired_lease_names(nodegroup, timezone.now()),
+        nodes=nodegroup_nodes(nodegroup, timezone.now()),
         require_confirmation=False,
     )
     if not form.is_valid():

@@ -10,27 +10,63 @@ from django.conf import settings
 from django.core.validators import MaxLengthValidator, MaxValueValidator
 from django.utils.choices import CallableChoiceIterator
 
+from leases.models import NODEGROUP_LABEL
 from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeRequest, ResizeState
+from nks.node_picture import NodegroupNodes, NodeLine
 
 
-def node_label(node: dict[str, Any], expired: set[str]) -> str:
-    name = node.get("name") or node.get("address") or node.get("uuid")
+def node_label(node: NodeLine) -> str:
+    """A removable node as the form offers it: its name, what is wrong with it, its UUID."""
     notes = []
-    if node.get("address") and node.get("name"):
-        notes.append(str(node["address"]))
-    if node.get("ready") is False:
-        notes.append("NotReady")
-    if node.get("name") in expired:
+    if node.not_ready:
+        reason = f": {node.ready_reason}" if node.ready_reason else ""
+        notes.append(f"NotReady{reason}" if node.ready else "Ready not reported")
+    if node.heartbeat_expired:
         notes.append("heartbeat lease expired")
-    return f"{name} ({', '.join(notes)})" if notes else str(name)
+    if node.cordoned:
+        notes.append("cordoned")
+    state = f" ({', '.join(notes)})" if notes else ""
+    return f"{node.name}{state} · {node.instance.uuid}"
+
+
+class NodeChoiceField(forms.MultipleChoiceField):
+    """Nodes to remove by instance UUID; a node's name is taken too (the API accepts both).
+
+    ``aliases`` maps each name and UUID a caller may give to the node's instance UUID;
+    ``refusals`` says why a node of the cluster that is known but may not be named cannot be
+    (no parsable providerID, no nodegroup label), so the error names the reason.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.aliases: dict[str, str] = {}
+        self.refusals: dict[str, str] = {}
+        self.nodegroup_name = ""
+
+    def validate(self, value: Any) -> None:
+        if self.required and not value:
+            raise forms.ValidationError(self.error_messages["required"], code="required")
+        problems = []
+        for item in value:
+            if item in self.aliases:
+                continue
+            if item in self.refusals:
+                problems.append(f"{item} cannot be chosen: {self.refusals[item]}.")
+            else:
+                problems.append(f"{item} is not a node of nodegroup {self.nodegroup_name}.")
+        if problems:
+            raise forms.ValidationError(problems, code="invalid_choice")
 
 
 class ResizeForm(forms.Form):
     """A resize of one nodegroup, validated against what the dashboard knows of it.
 
     ``require_confirmation`` (the page, not the API) asks for the nodegroup's name typed out
-    when scaling in. ``nodes_to_remove`` offers the nodes whose instance uuid is known;
-    NotReady nodes and nodes whose heartbeat Lease expired are pre-selected.
+    when scaling in. ``nodes_to_remove`` offers the nodegroup's Nodes (by their
+    ``magnum.openstack.org/nodegroup`` label, from the watched cluster) whose instance UUID
+    ``spec.providerID`` gives; they are pre-selected NotReady first, then those whose
+    heartbeat Lease expired, then cordoned ones. Without a watched cluster no node can be
+    named and NKS picks the nodes it removes.
     """
 
     node_count = forms.IntegerField(
@@ -38,7 +74,7 @@ class ResizeForm(forms.Form):
         min_value=1,
         error_messages={"required": "Give the number of nodes the nodegroup should have."},
     )
-    nodes_to_remove = forms.MultipleChoiceField(
+    nodes_to_remove = NodeChoiceField(
         label="Nodes to remove",
         required=False,
         widget=forms.CheckboxSelectMultiple,
@@ -61,35 +97,55 @@ class ResizeForm(forms.Form):
         self,
         *args: Any,
         nodegroup: NksNodegroup,
-        expired_nodes: set[str] | None = None,
+        nodes: NodegroupNodes | None,
         require_confirmation: bool = True,
+        target: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.nodegroup = nodegroup
+        self.nodes = nodes
         self.require_confirmation = require_confirmation
         self.max_nodes = settings.NKS_MAX_NODES_PER_NODEGROUP
-        expired = expired_nodes or set()
-        self.removable = [node for node in nodegroup.nodes if node.get("uuid")]
-        self.fields["nodes_to_remove"].choices = [
-            (node["uuid"], node_label(node, expired)) for node in self.removable
+        self.removable: list[NodeLine] = nodes.removal_order() if nodes else []
+        # Members the form shows but cannot offer, with why (no parsable providerID).
+        self.unchoosable: list[tuple[NodeLine, str]] = [
+            (node, node.instance.problem)
+            for node in (nodes.members if nodes else [])
+            if not node.instance.ok
         ]
+        field = self.fields["nodes_to_remove"]
+        assert isinstance(field, NodeChoiceField)
+        field.choices = [(node.instance.uuid, node_label(node)) for node in self.removable]
+        field.nodegroup_name = nodegroup.name
+        for node in self.removable:
+            assert node.instance.uuid is not None
+            field.aliases[node.name] = field.aliases[node.instance.uuid] = node.instance.uuid
+        for node, problem in self.unchoosable:
+            field.refusals[node.name] = problem
+        for node in nodes.unlabelled if nodes else []:
+            field.refusals[node.name] = (
+                f"it has no {NODEGROUP_LABEL} label, so its nodegroup is unknown"
+            )
+            if node.instance.uuid:
+                field.refusals[node.instance.uuid] = field.refusals[node.name]
         count = self.fields["node_count"]
         count.max_value = self.max_nodes
         count.validators.append(MaxValueValidator(self.max_nodes))
         self.fields["node_count"].widget.attrs.update({"min": 1, "max": self.max_nodes})
         if not self.is_bound:
-            self.initial.setdefault("node_count", nodegroup.node_count)
-            self.initial.setdefault(
-                "nodes_to_remove",
-                [
-                    node["uuid"]
-                    for node in self.removable
-                    if node.get("ready") is False or node.get("name") in expired
-                ],
-            )
+            current = nodegroup.node_count
+            self.initial.setdefault("node_count", target or current)
+            removing = current - target if target and current and target < current else None
+            self.initial.setdefault("nodes_to_remove", self.suggested(removing))
         if not require_confirmation:
             del self.fields["confirm_name"]
+
+    def suggested(self, removing: int | None) -> list[str]:
+        """The nodes to tick: NotReady, then silent heartbeats, then cordoned ones; as many as
+        a scale-in by ``removing`` takes (all such nodes while the target is not known)."""
+        troubled = [node.instance.uuid or "" for node in self.removable if node.removal_rank < 3]
+        return troubled if removing is None else troubled[:removing]
 
     def refusal(self) -> str | None:
         """Why no resize can be asked for right now, whatever the numbers."""
@@ -136,9 +192,14 @@ class ResizeForm(forms.Form):
         if target == current:
             self.add_error("node_count", f"{group.name} already has {current} nodes: no change.")
             return data
-        chosen: list[str] = data.get("nodes_to_remove") or []
+        given: list[str] = data.get("nodes_to_remove") or []
+        aliases = self.fields["nodes_to_remove"].aliases  # type: ignore[attr-defined]
+        # Names and UUIDs both name a node; what is sent to NKS is always the UUID.
+        chosen = [aliases.get(item, item) for item in given]
+        data["nodes_to_remove"] = chosen
         # Checkboxes cannot repeat a node, but a crafted POST or an API body can: "a, a"
-        # would pass "choose exactly 2" and name one node for two removals.
+        # (or a node's name and its UUID) would pass "choose exactly 2" and name one node
+        # for two removals.
         repeated = [node for node, times in Counter(chosen).items() if times > 1]
         if repeated:
             self.add_error(
@@ -152,11 +213,14 @@ class ResizeForm(forms.Form):
                 self.add_error("nodes_to_remove", "Nodes can only be removed when scaling in.")
             return data
         removing = current - target
-        if self.removable and len(chosen) != removing:
+        # Every removed node is chosen when enough can be; when fewer can (some have no
+        # instance UUID), all that can be, and NKS picks the rest.
+        needed = min(removing, len(self.removable))
+        if self.removable and not needed <= len(chosen) <= removing:
             self.add_error(
                 "nodes_to_remove",
                 f"Going from {current} to {target} removes {removing} node"
-                f"{'s' if removing != 1 else ''}: choose exactly {removing} "
+                f"{'s' if removing != 1 else ''}: choose exactly {needed} "
                 f"(chosen: {len(chosen)}).",
             )
         if self.require_confirmation and data.get("confirm_name", "").strip() != group.name:
@@ -168,6 +232,15 @@ class ResizeForm(forms.Form):
 
     def errors_json(self) -> dict[str, list[str]]:
         return {field: [str(error) for error in errors] for field, errors in self.errors.items()}
+
+
+class ResizeTargetForm(forms.Form):
+    """``?node_count=N`` on the nodegroup page: the scale-in whose nodes the form pre-selects."""
+
+    node_count = forms.IntegerField(required=False, min_value=1, max_value=1000)
+
+    def target(self) -> int | None:
+        return self.cleaned_data.get("node_count") if self.is_valid() else None
 
 
 def resized_cluster_choices() -> list[tuple[str, str]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from nks import client as nks
 from nks.enums import Freshness
@@ -47,36 +46,6 @@ def nodegroup_of_node(node: str, cluster_name: str, nodegroups: Sequence[str]) -
     if len(nodegroups) == 1:
         return nodegroups[0]
     return None
-
-
-def node_list(group: nks.Nodegroup, readiness: dict[str, bool | None]) -> list[dict[str, Any]]:
-    """The nodegroup's nodes as {"uuid", "name", "address", "ready"}, as far as NKS tells.
-
-    With the detail's ``nodes`` list, every node has its instance uuid (what
-    ``nodes_to_remove`` takes), name and address, and its readiness when the health report
-    has per-node keys. Without it, names from the per-node keys and addresses are listed
-    unpaired and no node can be chosen for removal.
-    """
-    if group.nodes:
-        return [
-            {
-                "uuid": node.uuid,
-                "name": node.name,
-                "address": node.address,
-                "ready": readiness.get(node.name) if node.name else None,
-            }
-            for node in group.nodes
-        ]
-    nodes: list[dict[str, Any]] = [
-        {"uuid": None, "name": name, "address": None, "ready": ready}
-        for name, ready in sorted(readiness.items())
-    ]
-    if not nodes:
-        nodes = [
-            {"uuid": None, "name": None, "address": address, "ready": None}
-            for address in group.node_addresses
-        ]
-    return nodes
 
 
 @dataclass(slots=True)

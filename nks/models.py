@@ -234,8 +234,8 @@ class NksNodegroup(models.Model):
     """A nodegroup as last polled. Kept, with ``gone_at`` set, when NKS stops listing it.
 
     ``ready``/``not_ready`` come from the cluster's health report (``nodegroup-stats``, or the
-    per-node keys mapped to the nodegroup by name); None when NKS did not say.
-    ``nodes`` is a list of {"uuid", "name", "address", "ready"}: see ``nks.health.node_list``.
+    per-node keys mapped to the nodegroup by name); None when NKS did not say. NKS names no
+    node of a nodegroup: the nodes are the watched cluster's Node objects (``nks.node_picture``).
     """
 
     cluster = models.ForeignKey(NksCluster, on_delete=models.CASCADE, related_name="nodegroups")
@@ -258,7 +258,6 @@ class NksNodegroup(models.Model):
     flavor_id = models.CharField(max_length=64, blank=True)
     image_id = models.CharField(max_length=64, blank=True)
     node_addresses = models.JSONField(default=list, blank=True)
-    nodes = models.JSONField(default=list, blank=True)
     nks_created_at = models.DateTimeField(null=True, blank=True)
     nks_updated_at = models.DateTimeField(null=True, blank=True)
     first_seen_at = models.DateTimeField(default=timezone.now)

@@ -28,7 +28,7 @@ from nks.accounts import client_for
 from nks.models import (
     NksAccount,
 )
-from nks.resizes import advance_resizes_from_poll
+from nks.resize_progress import advance_resizes_from_poll
 from nks.snapshot_store import StoreSummary, store_snapshot
 
 logger = logging.getLogger(__name__)

@@ -1,37 +1,31 @@
-"""Resizes: a recorded request, one call to NKS, and progress read back until it ends.
+"""Resizes: a recorded request and one call to NKS.
 
 A resize is first a row (``request_resize``), then one task that calls NKS exactly once
 (``submit_resize``), then progress read back from the nodegroup's status and NKS's events
-(``follow_resize`` every few seconds while in flight, and every regular poll through
-``advance_resizes_from_poll``). See ``nks.models.ResizeRequest`` for the states.
+(``nks.resize_progress``). See ``nks.models.ResizeRequest`` for the states.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from nks import client as nks
 from nks.accounts import client_for
-from nks.enums import OperationPhase
 from nks.models import (
     IN_FLIGHT_STATES,
-    EventState,
-    NksEvent,
     NksNodegroup,
     ResizeRequest,
     ResizeState,
 )
-from nks.snapshot_store import upsert_events, upsert_nodegroups
+from nks.node_picture import nodegroup_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +141,7 @@ def may_have_been_applied(error: nks.NksError) -> bool:
     )
 
 
-def _fail(request_id: int, from_states: Sequence[str], message: str, **fields: Any) -> bool:
+def fail_request(request_id: int, from_states: Sequence[str], message: str, **fields: Any) -> bool:
     return (
         ResizeRequest.objects.filter(pk=request_id, state__in=from_states).update(
             state=ResizeState.FAILED, error=message, finished_at=timezone.now(), **fields
@@ -156,7 +150,9 @@ def _fail(request_id: int, from_states: Sequence[str], message: str, **fields: A
     )
 
 
-def precheck_resize(request: ResizeRequest, group: nks.Nodegroup) -> str | None:
+def precheck_resize(
+    request: ResizeRequest, group: nks.Nodegroup, now: datetime | None = None
+) -> str | None:
     """Why the resize must not be sent, judged on a fresh read of the nodegroup, or None."""
     if group.in_progress:
         return f"Nodegroup {group.name} is {group.status} in NKS: another operation is running."
@@ -167,9 +163,13 @@ def precheck_resize(request: ResizeRequest, group: nks.Nodegroup) -> str | None:
             f"Nodegroup {group.name} has {group.node_count} nodes in NKS now, not the "
             f"{request.from_count} the request was made for."
         )
-    if request.nodes_to_remove and group.nodes:
-        members = {node.uuid for node in group.nodes}
-        strangers = [uuid for uuid in request.nodes_to_remove if uuid not in members]
+    if request.nodes_to_remove:
+        # NKS lists no node: the watched cluster's Nodes say who is (still) in the nodegroup.
+        # Unwatched since the request was made: nothing to check against; NKS refuses UUIDs
+        # that are not in the nodegroup itself.
+        nodes = nodegroup_nodes(request.nodegroup, now or timezone.now())
+        members = {node.instance.uuid for node in nodes.members} if nodes else None
+        strangers = [uuid for uuid in request.nodes_to_remove if members and uuid not in members]
         if strangers:
             return f"Nodes {', '.join(strangers)} are no longer in nodegroup {group.name}."
     return None
@@ -198,7 +198,7 @@ def submit_resize(request_id: int) -> ResizeState | None:
     try:
         fresh = client.get_nodegroup(cluster.uuid, nodegroup.uuid)
     except nks.NksError as error:
-        _fail(
+        fail_request(
             request_id,
             submitting,
             f"Could not read the nodegroup from NKS before resizing, so nothing was sent: "
@@ -209,7 +209,7 @@ def submit_resize(request_id: int) -> ResizeState | None:
         return ResizeState.FAILED
     problem = precheck_resize(request, fresh)
     if problem is not None:
-        _fail(request_id, submitting, f"{problem} Nothing was sent to NKS.")
+        fail_request(request_id, submitting, f"{problem} Nothing was sent to NKS.")
         return ResizeState.FAILED
 
     # The last gate before the POST: a run that lost the request (given up as stuck while it
@@ -244,7 +244,7 @@ def submit_resize(request_id: int) -> ResizeState | None:
             logger.warning("Resize #%s: outcome unknown: %s", request_id, error.message)
         else:
             state = ResizeState.FAILED
-            _fail(
+            fail_request(
                 request_id,
                 submitting,
                 error.message,
@@ -259,232 +259,3 @@ def submit_resize(request_id: int) -> ResizeState | None:
             state=state
         )
     return state
-
-
-# --- Resize: progress ----------------------------------------------------------------------
-
-
-def matching_event(request: ResizeRequest) -> NksEvent | None:
-    """The NKS event of this resize: the first resize-type event on the nodegroup since the call.
-
-    NKS does not say which request an event belongs to; a resize started by someone else (in
-    the console) in the same minutes could match too. Events already matched to another
-    request are skipped.
-    """
-    if request.event_id is not None:
-        return request.event
-    if request.nks_called_at is None:
-        return None
-    nodegroup = request.nodegroup
-    on_nodegroup = (
-        Q(nodegroup_id=nodegroup.pk)
-        | Q(resource_uuid=nodegroup.uuid)
-        | Q(resource_type="nodegroup", resource_name=nodegroup.name)
-        | Q(type="CLUSTER_RESIZE")
-    )
-    return (
-        NksEvent.objects.filter(
-            on_nodegroup,
-            cluster_id=request.cluster_id,
-            type__in=RESIZE_EVENT_TYPES,
-            nks_created_at__gte=request.nks_called_at - CLOCK_SKEW,
-        )
-        .exclude(resizes__isnull=False)
-        .order_by("nks_created_at", "pk")
-        .first()
-    )
-
-
-def _transition(request: ResizeRequest, state: ResizeState, **fields: Any) -> bool:
-    if request.state == state and not fields:
-        return False
-    return (
-        ResizeRequest.objects.filter(pk=request.pk, state=request.state).update(
-            state=state, **fields
-        )
-        == 1
-    )
-
-
-def advance_resize(request: ResizeRequest, now: datetime) -> ResizeState:
-    """Move an in-flight request on from what the database knows of NKS now.
-
-    Evidence, best first: the matching event's state; else the nodegroup's status and size
-    (changed since the call). Returns the request's state afterwards.
-    """
-    state = ResizeState(request.state)
-    if state == ResizeState.PENDING or state not in IN_FLIGHT_STATES:
-        return state
-    if state == ResizeState.SUBMITTING:
-        if request.nks_called_at is None:
-            if now - request.created_at > SUBMITTING_TIMEOUT:
-                _fail(
-                    request.pk,
-                    (ResizeState.SUBMITTING,),
-                    "The worker stopped before sending the resize; nothing was sent to NKS.",
-                )
-                return ResizeState.FAILED
-            return state
-        if now - request.nks_called_at <= SUBMITTING_TIMEOUT:
-            return state
-        # The worker died during or right after the call: the outcome is unknown.
-        _transition(request, ResizeState.UNCERTAIN, error="The worker stopped during the call.")
-        request.state = ResizeState.UNCERTAIN
-
-    nodegroup = request.nodegroup
-    event = matching_event(request)
-    fields: dict[str, Any] = {}
-    if event is not None and request.event_id is None:
-        fields["event"] = event
-    since = (request.nks_called_at or request.created_at) - CLOCK_SKEW
-    changed = nodegroup.nks_updated_at is not None and nodegroup.nks_updated_at >= since
-    phase = nodegroup.phase
-
-    verdict: ResizeState | None = None
-    if event is not None and event.state == EventState.SUCCESS:
-        verdict = ResizeState.SUCCEEDED
-        fields["finished_at"] = event.nks_updated_at or now
-    elif event is not None and event.state == EventState.FAIL:
-        verdict = ResizeState.FAILED
-        fields["error"] = (
-            event.contents or nodegroup.status_reason or "NKS reports the resize failed."
-        )
-        fields["finished_at"] = event.nks_updated_at or now
-    elif (event is not None and event.state == EventState.IN_PROGRESS) or (
-        changed and phase is OperationPhase.IN_PROGRESS
-    ):
-        verdict = ResizeState.IN_PROGRESS
-    elif changed and phase is OperationPhase.FAILED:
-        verdict = ResizeState.FAILED
-        fields["error"] = nodegroup.status_reason or f"The nodegroup went {nodegroup.status}."
-        fields["finished_at"] = now
-    elif changed and phase is OperationPhase.COMPLETE and nodegroup.node_count == request.to_count:
-        verdict = ResizeState.SUCCEEDED
-        fields["finished_at"] = now
-    elif (
-        request.state == ResizeState.SUBMITTED
-        and request.nks_called_at is not None
-        and now - request.nks_called_at > timedelta(minutes=settings.NKS_RESIZE_FOLLOW_MINUTES)
-    ):
-        verdict = ResizeState.FAILED
-        fields["error"] = (
-            "NKS accepted the resize but showed no sign of starting it within "
-            f"{settings.NKS_RESIZE_FOLLOW_MINUTES} minutes (no event, no status change)."
-        )
-        fields["finished_at"] = now
-    elif (
-        request.state == ResizeState.UNCERTAIN
-        and request.nks_called_at is not None
-        and now - request.nks_called_at > UNCERTAIN_GIVE_UP
-    ):
-        verdict = ResizeState.FAILED
-        fields["error"] = (
-            f"{request.error} NKS showed no resize event or status change in the "
-            f"{int(UNCERTAIN_GIVE_UP.total_seconds() // 60)} minutes after that answer, so the "
-            "resize was most likely not applied."
-        )
-        fields["finished_at"] = now
-
-    if verdict is None:
-        verdict = ResizeState(request.state)
-    if verdict == ResizeState.SUCCEEDED:
-        fields["error"] = ""
-    if verdict in (ResizeState.IN_PROGRESS, ResizeState.SUCCEEDED) and not request.started_at:
-        fields["started_at"] = (event.nks_created_at if event else None) or now
-    if _transition(request, verdict, **fields):
-        return verdict
-    return ResizeState(
-        ResizeRequest.objects.filter(pk=request.pk).values_list("state", flat=True).get()
-    )
-
-
-def _in_flight_requests() -> Any:
-    return ResizeRequest.objects.filter(state__in=IN_FLIGHT_STATES).select_related(
-        "nodegroup", "event", "cluster"
-    )
-
-
-def advance_resizes_from_poll(account_id: int) -> None:
-    """After a poll, move the account's in-flight requests on from the data it stored."""
-    now = timezone.now()
-    for request in _in_flight_requests().filter(cluster__account_id=account_id):
-        advance_resize(request, now)
-
-
-def claim_follow_check(request_id: int, now: datetime) -> bool:
-    """One progress check at a time, at most every half interval, however many tasks run."""
-    spacing = timedelta(seconds=settings.NKS_RESIZE_FOLLOW_SECONDS / 2)
-    return (
-        ResizeRequest.objects.filter(pk=request_id, state__in=IN_FLIGHT_STATES)
-        .filter(Q(last_checked_at__isnull=True) | Q(last_checked_at__lte=now - spacing))
-        .update(last_checked_at=now)
-        == 1
-    )
-
-
-def follow_resize(request_id: int) -> bool:
-    """Read the nodegroup and the cluster's events back from NKS and advance the request.
-
-    Returns True while the request is in flight and inside its follow window (the caller
-    checks again a few seconds later); False when it is done or no longer followed fast
-    (the regular poll still advances it).
-    """
-    now = timezone.now()
-    if not claim_follow_check(request_id, now):
-        # Done, or another follow-up checked it moments ago and keeps following it.
-        return False
-    request = ResizeRequest.objects.select_related("cluster__account", "nodegroup", "event").get(
-        pk=request_id
-    )
-    if request.state in (ResizeState.SUBMITTED, ResizeState.IN_PROGRESS, ResizeState.UNCERTAIN):
-        cluster = request.cluster
-        client = client_for(cluster.account)
-        try:
-            group = client.get_nodegroup(cluster.uuid, request.nodegroup.uuid)
-            events = client.list_events(cluster.uuid)
-        except nks.NksError as error:
-            ResizeRequest.objects.filter(pk=request_id).update(check_error=error.message)
-        else:
-            with transaction.atomic():
-                ids = upsert_nodegroups([(cluster.pk, group, None)], now)
-                upsert_events([(cluster.pk, event) for event in events], ids, now)
-            ResizeRequest.objects.filter(pk=request_id).update(check_error="")
-            request.refresh_from_db()
-            request.nodegroup.refresh_from_db()
-    state = advance_resize(request, now)
-    return state in IN_FLIGHT_STATES and (
-        request.follow_until is None or timezone.now() < request.follow_until
-    )
-
-
-@dataclass(slots=True)
-class SweepResult:
-    resent: list[int]
-    followed: list[int]
-
-
-def sweep_resizes(now: datetime) -> SweepResult:
-    """Requests whose task was lost: queued ones to send again, followed ones gone quiet."""
-    resend = list(
-        ResizeRequest.objects.filter(
-            state=ResizeState.PENDING, created_at__lte=now - PENDING_RESEND_AFTER
-        ).values_list("pk", flat=True)
-    )
-    quiet = now - timedelta(seconds=4 * settings.NKS_RESIZE_FOLLOW_SECONDS + 10)
-    follow = list(
-        ResizeRequest.objects.filter(state__in=IN_FLIGHT_STATES)
-        .exclude(state=ResizeState.PENDING)
-        .filter(Q(follow_until__isnull=True) | Q(follow_until__gt=now))
-        .filter(Q(last_checked_at__isnull=True) | Q(last_checked_at__lte=quiet))
-        .values_list("pk", flat=True)
-    )
-    return SweepResult(resent=resend, followed=follow)
-
-
-def give_up_resize(request_id: int, who: str) -> bool:
-    """Stop following a stuck request (admin): failed, with who gave up in the audit."""
-    return _fail(
-        request_id,
-        IN_FLIGHT_STATES,
-        f"Given up by {who}: the dashboard stopped following it. Check NKS before resizing again.",
-    )

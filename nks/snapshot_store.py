@@ -20,7 +20,7 @@ from typing import Any
 from django.db import transaction
 
 from nks import client as nks
-from nks.health import ClusterHealth, cluster_health, node_list
+from nks.health import ClusterHealth, cluster_health
 from nks.models import (
     HealthSample,
     NksAccount,
@@ -83,7 +83,6 @@ NODEGROUP_UPDATE_FIELDS = (
     "flavor_id",
     "image_id",
     "node_addresses",
-    "nodes",
     "nks_created_at",
     "nks_updated_at",
     "polled_at",
@@ -200,17 +199,11 @@ def _nodegroup_row(
 
     if health is not None:
         ready, not_ready, node_status = health.groups.get(group.name, (None, None, ""))
-        readiness = health.readiness.get(group.name, {})
     else:
         # A follow-up read of one nodegroup carries no health report: keep the last one.
         ready = previous.ready if previous else None
         not_ready = previous.not_ready if previous else None
         node_status = previous.node_status if previous else ""
-        readiness = {
-            node["name"]: node.get("ready")
-            for node in (previous.nodes if previous else [])
-            if node.get("name")
-        }
     return NksNodegroup(
         cluster_id=cluster_id,
         uuid=group.uuid,
@@ -232,7 +225,6 @@ def _nodegroup_row(
         flavor_id=_text(group.flavor_id, 64),
         image_id=_text(group.image_id, 64),
         node_addresses=detail(list(group.node_addresses), "node_addresses"),
-        nodes=_nodes(group, readiness, previous),
         nks_created_at=detail(group.created_at, "nks_created_at"),
         nks_updated_at=detail(group.updated_at, "nks_updated_at"),
         first_seen_at=now,
@@ -240,20 +232,6 @@ def _nodegroup_row(
         detail_fetched_at=now if detailed else (previous.detail_fetched_at if previous else None),
         gone_at=None,
     )
-
-
-def _nodes(
-    group: nks.Nodegroup, readiness: dict[str, bool | None], previous: NksNodegroup | None
-) -> list[dict[str, Any]]:
-    if group.detailed or previous is None:
-        return node_list(group, readiness)
-    # A list answer has no nodes: keep the last detail's, with the readiness of this poll.
-    return [
-        {**node, "ready": readiness.get(node["name"], node.get("ready"))}
-        if node.get("name")
-        else node
-        for node in previous.nodes
-    ]
 
 
 def upsert_nodegroups(

@@ -16,7 +16,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from nks import poller, resizes, services
+from nks import poller, resize_progress, resizes, services
 from nks.models import ResizeState
 
 
@@ -42,13 +42,13 @@ def submit_resize(request_id: int) -> None:
 
 @shared_task(ignore_result=True)
 def follow_resize(request_id: int) -> None:
-    if resizes.follow_resize(request_id):
+    if resize_progress.follow_resize(request_id):
         follow_resize.apply_async((request_id,), countdown=settings.NKS_RESIZE_FOLLOW_SECONDS)
 
 
 @shared_task(ignore_result=True)
 def sweep_resizes() -> None:
-    sweep = resizes.sweep_resizes(timezone.now())
+    sweep = resize_progress.sweep_resizes(timezone.now())
     for request_id in sweep.resent:
         submit_resize.delay(request_id)
     for request_id in sweep.followed:

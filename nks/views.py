@@ -10,18 +10,20 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from dashboard.htmx import render_page
 from dashboard.services import can_change_clusters
-from nks.forms import ResizeFilterForm, ResizeForm
+from nks.forms import ResizeFilterForm, ResizeForm, ResizeTargetForm
 from nks.models import NksNodegroup, ResizeRequest
+from nks.node_picture import NodegroupNodes, nodegroup_nodes
 from nks.presenters.cluster_detail import cluster_detail
 from nks.presenters.clusters import clusters_page, poll_interval_text
 from nks.presenters.nodegroup_detail import latest_resize_row, nodegroup_detail
 from nks.presenters.resize_audit import resize_audit
 from nks.presenters.resize_detail import resize_detail
-from nks.queries import expired_lease_names, get_cluster, get_nodegroup
+from nks.queries import get_cluster, get_nodegroup
 from nks.resizes import ResizeConflict, request_resize
 from nks.services import LeaseSourceError, watch_cluster_leases
 
@@ -62,6 +64,10 @@ def watch_leases(request: HttpRequest, uuid: str) -> HttpResponse:
     cluster = get_cluster(uuid)
     if cluster is None:
         raise Http404("No such NKS cluster")
+    # The nodegroup page offers the same button: back there, where the engineer was resizing.
+    back = url_has_allowed_host_and_scheme(
+        request.POST.get("next", ""), allowed_hosts={request.get_host()}
+    )
     try:
         source = watch_cluster_leases(cluster.pk)
     except LeaseSourceError as error:
@@ -70,13 +76,16 @@ def watch_leases(request: HttpRequest, uuid: str) -> HttpResponse:
         if source.created:
             messages.success(
                 request,
-                f"{cluster.name} is now watched for Leases as {source.kube_cluster.name}; a "
-                "watch worker connects within seconds.",
+                f"{cluster.name} is now watched for Leases and Nodes as "
+                f"{source.kube_cluster.name}; a watch worker connects within seconds.",
             )
         else:
             messages.info(
-                request, f"{cluster.name} is already watched for Leases as {source.kube_cluster}."
+                request,
+                f"{cluster.name} is already watched for Leases and Nodes as {source.kube_cluster}.",
             )
+    if back and request.POST["next"].startswith("/"):
+        return redirect(request.POST["next"])
     return redirect("nks:cluster", uuid=uuid)
 
 
@@ -92,13 +101,14 @@ def _render_nodegroup(
     nodegroup: NksNodegroup,
     form: ResizeForm | None,
     *,
+    nodes: NodegroupNodes | None,
     status: int = 200,
     conflict: ResizeRequest | None = None,
 ) -> HttpResponse:
     now = timezone.now()
     context: dict[str, Any] = {
         # Lazy: the 2-second progress refresh renders only its region.
-        "detail": SimpleLazyObject(lambda: nodegroup_detail(nodegroup, now)),
+        "detail": SimpleLazyObject(lambda: nodegroup_detail(nodegroup, now, nodes)),
         "progress": SimpleLazyObject(lambda: latest_resize_row(nodegroup, now)),
         "nodegroup": nodegroup,
         "cluster": nodegroup.cluster,
@@ -114,12 +124,15 @@ def _render_nodegroup(
 
 def nodegroup_page(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
     nodegroup = _nodegroup_or_404(uuid, name)
+    # The progress box refreshes every 2 s and shows no node: it reads none.
+    wants_nodes = not request.htmx or request.htmx.target != "resize-progress"
+    nodes = nodegroup_nodes(nodegroup, timezone.now()) if wants_nodes else None
     form = None
     if can_change_clusters(request.user) and not request.htmx:
-        form = ResizeForm(
-            nodegroup=nodegroup, expired_nodes=expired_lease_names(nodegroup, timezone.now())
-        )
-    return _render_nodegroup(request, nodegroup, form)
+        # ?node_count=N (a link, or a reload) pre-selects the nodes a scale-in to N removes.
+        target = ResizeTargetForm(request.GET)
+        form = ResizeForm(nodegroup=nodegroup, nodes=nodes, target=target.target())
+    return _render_nodegroup(request, nodegroup, form, nodes=nodes)
 
 
 @require_POST
@@ -127,13 +140,10 @@ def resize(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
     if not can_change_clusters(request.user):
         raise PermissionDenied("Resizing nodegroups needs the operators group.")
     nodegroup = _nodegroup_or_404(uuid, name)
-    form = ResizeForm(
-        request.POST,
-        nodegroup=nodegroup,
-        expired_nodes=expired_lease_names(nodegroup, timezone.now()),
-    )
+    nodes = nodegroup_nodes(nodegroup, timezone.now())
+    form = ResizeForm(request.POST, nodegroup=nodegroup, nodes=nodes)
     if not form.is_valid():
-        return _render_nodegroup(request, nodegroup, form, status=400)
+        return _render_nodegroup(request, nodegroup, form, nodes=nodes, status=400)
     try:
         created = request_resize(
             user=request.user,
@@ -144,7 +154,9 @@ def resize(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
         )
     except ResizeConflict as conflict:
         form.add_error(None, conflict.message)
-        return _render_nodegroup(request, nodegroup, form, status=409, conflict=conflict.request)
+        return _render_nodegroup(
+            request, nodegroup, form, nodes=nodes, status=409, conflict=conflict.request
+        )
     messages.success(
         request,
         f"Resize #{created.pk} of {nodegroup.name} ({created.from_count} → {created.to_count} "

@@ -207,13 +207,10 @@ class JsonAnswers:
                         "id": group.serial,
                         "labels": dict(group.labels),
                         "links": self._links(f"clusters/{cluster.uuid}/nodegroups/{group.uuid}"),
+                        # The guide's shape: addresses only. The nodes' names and instance
+                        # UUIDs stay in the state (FakeNode), where the fake Kubernetes API
+                        # reads them to serve matching Nodes; NKS itself never lists them.
                         "node_addresses": [node.address for node in group.nodes],
-                        # Not in the guide: the instances behind the nodes, as the Compute API
-                        # lists them, so the dashboard can offer nodes_to_remove by name.
-                        "nodes": [
-                            {"uuid": node.uuid, "name": node.name, "address": node.address}
-                            for node in group.nodes
-                        ],
                         "project_id": cluster.project_id or self.tenant_id,
                         "status_reason": group.status_reason,
                         "updated_at": iso_time(group.updated_at),

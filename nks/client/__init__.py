@@ -31,7 +31,6 @@ from nks.client.types import (
     HealthReport,
     Nodegroup,
     NodegroupHealth,
-    NodeInfo,
     ResizeAccepted,
     Timeouts,
 )
@@ -49,7 +48,6 @@ __all__ = [
     "HealthReport",
     "NksClient",
     "NksError",
-    "NodeInfo",
     "Nodegroup",
     "NodegroupHealth",
     "OperationPhase",

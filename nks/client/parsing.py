@@ -22,7 +22,6 @@ from nks.client.types import (
     HealthReport,
     Nodegroup,
     NodegroupHealth,
-    NodeInfo,
 )
 from nks.enums import EventState, Freshness, OperationPhase
 
@@ -283,25 +282,7 @@ def parse_nodegroup(data: Mapping[str, Any], *, detailed: bool) -> Nodegroup:
         detailed=detailed,
         created_at=as_datetime(data.get("created_at")),
         updated_at=as_datetime(data.get("updated_at")),
-        nodes=_parse_nodes(data.get("nodes")),
     )
-
-
-def _parse_nodes(value: Any) -> tuple[NodeInfo, ...]:
-    if not isinstance(value, list):
-        return ()
-    nodes: list[NodeInfo] = []
-    for item in value:
-        if not isinstance(item, Mapping):
-            continue
-        uuid = as_text(item.get("uuid"))
-        if uuid:
-            nodes.append(
-                NodeInfo(
-                    uuid=uuid, name=as_text(item.get("name")), address=as_text(item.get("address"))
-                )
-            )
-    return tuple(nodes)
 
 
 def parse_event(data: Mapping[str, Any]) -> ClusterEvent:

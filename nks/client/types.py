@@ -114,26 +114,12 @@ class AutoscaleSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """One node of a nodegroup, from the optional ``nodes`` list of a nodegroup's detail.
-
-    The guide's nodegroup answer lists only ``node_addresses`` (IPs); the node instance UUIDs
-    that ``nodes_to_remove`` takes are what the Compute API shows for the nodegroup's
-    instances. Answers that carry ``nodes: [{"uuid", "name", "address"}]`` (the fake NKS does)
-    let the dashboard offer the nodes by name; without it no node can be chosen.
-    """
-
-    uuid: str
-    name: str | None
-    address: str | None
-
-
-@dataclass(frozen=True, slots=True)
 class Nodegroup:
     """A nodegroup from the list (``detailed`` False) or from its own page (``detailed`` True).
 
     ``autoscale`` is read from the ``ca_*`` labels, which only the detail answer carries.
-    ``nodes`` is empty unless the answer carried the optional ``nodes`` list (see NodeInfo).
+    NKS names no node here (``node_addresses`` are IPs): nodes, their readiness and their
+    instance UUIDs come from the cluster's own Node objects (``nks.node_picture``).
     """
 
     uuid: str
@@ -157,7 +143,6 @@ class Nodegroup:
     detailed: bool
     created_at: datetime | None
     updated_at: datetime | None
-    nodes: tuple[NodeInfo, ...] = ()
 
     @property
     def in_progress(self) -> bool:

@@ -8,6 +8,7 @@ from datetime import datetime
 from dashboard.timefmt import iso_js, iso_utc
 from nks import queries
 from nks.models import NksCluster
+from nks.node_picture import CrossCheck, cluster_cross_checks
 from nks.presenters.clusters import ClusterRow, cluster_row
 from nks.presenters.common import Banner, cluster_banners
 from nks.presenters.resizes import ResizeRow, resize_rows
@@ -38,6 +39,8 @@ class ClusterDetail:
     health_fields: list[tuple[str, str]]
     resizes: list[ResizeRow]
     server_now: str
+    # NKS's counts beside the watched cluster's Nodes, per worker nodegroup (empty unwatched).
+    checks: list[CrossCheck]
 
 
 def _health_fields(cluster: NksCluster, row: ClusterRow) -> list[tuple[str, str]]:
@@ -83,4 +86,5 @@ def cluster_detail(uuid: str, now: datetime) -> ClusterDetail | None:
         health_fields=_health_fields(cluster, row),
         resizes=resize_rows(queries.resizes().filter(cluster=cluster)[:RESIZES_SHOWN], now),
         server_now=iso_js(now),
+        checks=cluster_cross_checks(cluster, now),
     )

@@ -1,4 +1,5 @@
-"""One nodegroup's page: nodes and their Leases, 24 h history, resizes, the progress box."""
+"""One nodegroup's page: its Nodes and their Leases beside NKS's counts, 24 h history, resizes,
+the progress box."""
 
 from __future__ import annotations
 
@@ -7,21 +8,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dashboard.timefmt import When, iso_js, when
-from leases.models import LeaseState
+from leases.models import ConditionStatus, LeaseState
 from nks import queries
 from nks.models import Health, NksCluster, NksNodegroup
+from nks.node_picture import CrossCheck, NodegroupNodes, NodeLine, cross_check
 from nks.presenters.common import Banner, age_text, cluster_banners, ready_bar
 from nks.presenters.resizes import ResizeRow, resize_rows
-from nks.presenters.rows import (
-    LeasesPanel,
-    NodegroupRow,
-    node_leases,
-    nodegroup_health,
-    nodegroup_row,
-    readiness_of,
-)
+from nks.presenters.rows import NodegroupRow, nodegroup_health, nodegroup_row
 from nks.presenters.timeline import PERIODS_SHOWN, TIMELINE_HOURS, Timeline, build_timeline
-from nks.services import linked_kube_cluster
 
 RESIZES_SHOWN = 20
 # A finished request stays in the nodegroup page's progress box this long.
@@ -30,12 +24,72 @@ RECENT_OUTCOME = timedelta(hours=1)
 
 @dataclass(slots=True)
 class NodeRow:
+    """A Node of the watched cluster, as the nodegroup page's table shows it."""
+
     name: str
-    address: str
-    uuid: str
-    ready: bool | None  # NKS's per-node Ready
-    lease: LeaseState | None  # None: no heartbeat Lease to judge by
-    lease_text: str
+    url: str
+    ready: ConditionStatus
+    ready_reason: str
+    ready_message: str
+    ready_since: When | None
+    heartbeat: LeaseState | None  # None: no heartbeat Lease of that name
+    heartbeat_url: str
+    heartbeat_renewed: When | None
+    age: When | None
+    instance_uuid: str
+    instance_problem: str
+    cordoned: bool
+
+
+def node_rows(lines: list[NodeLine], now: datetime) -> list[NodeRow]:
+    return [
+        NodeRow(
+            name=line.name,
+            url=line.url,
+            ready=line.ready,
+            ready_reason=line.ready_reason,
+            ready_message=line.ready_message,
+            ready_since=when(line.ready_since, now),
+            heartbeat=line.heartbeat,
+            heartbeat_url=line.heartbeat_url,
+            heartbeat_renewed=when(line.heartbeat_renewed, now),
+            age=when(line.created_at, now),
+            instance_uuid=line.instance.uuid or "",
+            instance_problem=line.instance.problem,
+            cordoned=line.cordoned,
+        )
+        for line in lines
+    ]
+
+
+@dataclass(slots=True)
+class NodesPanel:
+    """The nodegroup's Nodes from the cluster's own API, or why there are none to show."""
+
+    watched: bool
+    kube_cluster: str
+    watch_problem: str
+    members: list[NodeRow]
+    unlabelled: list[NodeRow]
+    check: CrossCheck | None
+    # Without a watched cluster, NKS's addresses are all there is to tell nodes apart by.
+    addresses: list[str]
+
+
+def nodes_panel(nodegroup: NksNodegroup, nodes: NodegroupNodes | None, now: datetime) -> NodesPanel:
+    if nodes is None:
+        return NodesPanel(
+            False, "", "", [], [], None, [str(address) for address in nodegroup.node_addresses]
+        )
+    return NodesPanel(
+        watched=True,
+        kube_cluster=nodes.kube_cluster.name,
+        watch_problem=nodes.watch_problem,
+        members=node_rows(nodes.members, now),
+        unlabelled=node_rows(nodes.unlabelled, now),
+        check=cross_check(nodegroup, nodes, now),
+        addresses=[],
+    )
 
 
 @dataclass(slots=True)
@@ -52,14 +106,11 @@ class NodegroupDetail:
     nodegroup: NksNodegroup
     row: NodegroupRow
     banners: list[Banner]
-    nodes: list[NodeRow]
+    nodes: NodesPanel
     timeline: Timeline
     changes: list[HistoryChange]
     resizes: list[ResizeRow]
-    leases: LeasesPanel | None
     server_now: str
-    # NKS counts NotReady nodes but neither per-node keys nor expired Leases name them.
-    unnamed_not_ready: bool
 
 
 def nodegroup_history(
@@ -95,34 +146,12 @@ def nodegroup_history(
     return build_timeline(points, now), changes[:PERIODS_SHOWN]
 
 
-def _node_rows(nodegroup: NksNodegroup, leases: LeasesPanel | None) -> list[NodeRow]:
-    lease_states = {row.name: row.state for row in leases.rows} if leases else {}
-    missing = "not watched" if leases is None else "no lease"
-    nodes = []
-    for node in nodegroup.nodes:
-        lease = lease_states.get(node.get("name") or "")
-        nodes.append(
-            NodeRow(
-                name=node.get("name") or "—",
-                address=node.get("address") or "—",
-                uuid=node.get("uuid") or "—",
-                ready=readiness_of(node.get("ready")),
-                lease=lease,
-                lease_text=lease.value if lease else missing,
-            )
-        )
-    if not nodes:
-        # NKS listed addresses only: nothing to tell the nodes apart by but those.
-        nodes = [
-            NodeRow("—", address, "—", None, None, "—") for address in nodegroup.node_addresses
-        ]
-    return nodes
-
-
-def nodegroup_detail(nodegroup: NksNodegroup, now: datetime) -> NodegroupDetail:
+def nodegroup_detail(
+    nodegroup: NksNodegroup, now: datetime, nodes: NodegroupNodes | None
+) -> NodegroupDetail:
+    """``nodes``: the nodegroup's Nodes (``nks.node_picture.nodegroup_nodes``), read once per
+    request for both this and the resize form."""
     cluster = nodegroup.cluster
-    leases = node_leases(linked_kube_cluster(cluster), now, cluster.node_readiness)
-    nodes = _node_rows(nodegroup, leases)
     timeline, changes = nodegroup_history(cluster.pk, nodegroup.name, now)
     banners = cluster_banners(cluster, now)
     if nodegroup.gone_at is not None and cluster.gone_at is None:
@@ -137,14 +166,11 @@ def nodegroup_detail(nodegroup: NksNodegroup, now: datetime) -> NodegroupDetail:
         nodegroup=nodegroup,
         row=nodegroup_row(nodegroup, cluster, now),
         banners=banners,
-        nodes=nodes,
+        nodes=nodes_panel(nodegroup, nodes, now),
         timeline=timeline,
         changes=changes,
         resizes=resize_rows(queries.resizes().filter(nodegroup=nodegroup)[:RESIZES_SHOWN], now),
-        leases=leases,
         server_now=iso_js(now),
-        unnamed_not_ready=bool(nodegroup.not_ready)
-        and not any(row.ready is False or row.lease == LeaseState.EXPIRED for row in nodes),
     )
 
 

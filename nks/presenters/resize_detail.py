@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from dashboard.timefmt import When, iso_js, when
+from dashboard.timefmt import When, iso_js, iso_utc, when
 from nks.models import ResizeRequest, ResizeState
+from nks.node_picture import RemovedNode, removed_nodes
 from nks.presenters.resizes import ResizeRow, resize_rows
 from nks.presenters.rows import EventRow, NodegroupRow, event_rows, nodegroup_row
 
@@ -34,14 +35,36 @@ class Step:
 
 
 @dataclass(slots=True)
+class Removal:
+    """A node the request named for removal, and what the cluster says of it now."""
+
+    uuid: str
+    name: str
+    url: str
+    deleted: When | None
+    lease_gone: bool
+    text: str
+
+
+@dataclass(slots=True)
 class ResizeDetail:
     request: ResizeRequest
     row: ResizeRow
     steps: list[Step]
     event: EventRow | None
     nodegroup: NodegroupRow
-    removal_names: list[str]
+    removals: list[Removal]
+    # Why the removals cannot be confirmed from the cluster ("" when they can, or none).
+    removals_note: str
     server_now: str
+
+    @property
+    def awaiting_removals(self) -> bool:
+        """NKS is done but the cluster still has a removed node: the page keeps looking."""
+        return self.request.state == ResizeState.SUCCEEDED and any(
+            removal.name and removal.deleted is None for removal in self.removals
+        )
+
     explanation: str
 
 
@@ -95,16 +118,52 @@ def _steps(request: ResizeRequest, now: datetime) -> list[Step]:
 def resize_detail(request: ResizeRequest, now: datetime) -> ResizeDetail:
     """`request` comes with its cluster, nodegroup and event."""
     (row,) = resize_rows([request], now)
-    names = {node.get("uuid"): node.get("name") for node in request.nodegroup.nodes}
+    removals, note = _removals(request, now)
     return ResizeDetail(
         request=request,
         row=row,
         steps=_steps(request, now),
         event=event_rows([request.event], now)[0] if request.event_id else None,
         nodegroup=nodegroup_row(request.nodegroup, request.cluster, now),
-        removal_names=[
-            f"{names.get(uuid) or '?'} ({uuid})" for uuid in request.nodes_to_remove or []
-        ],
+        removals=removals,
+        removals_note=note,
         server_now=iso_js(now),
         explanation=STATE_EXPLANATIONS[ResizeState(request.state)],
     )
+
+
+def _removal_text(node: RemovedNode, state: ResizeState) -> str:
+    name = node.name or "a node never seen in the cluster"
+    if node.deleted_at is not None:
+        lease = "" if node.lease_gone else "; its heartbeat Lease is still there"
+        return f"node {name} deleted from the cluster at {iso_utc(node.deleted_at)}{lease}"
+    if not node.name:
+        return "no Node object with this instance UUID was seen in the cluster"
+    if state == ResizeState.SUCCEEDED:
+        return f"node {name}: NKS finished, waiting for the cluster to delete its Node object"
+    return f"node {name}: still in the cluster"
+
+
+def _removals(request: ResizeRequest, now: datetime) -> tuple[list[Removal], str]:
+    uuids = list(request.nodes_to_remove or [])
+    if not uuids:
+        return [], ""
+    request.nodegroup.cluster = request.cluster  # loaded already; spares a query
+    found = removed_nodes(request.nodegroup, uuids)
+    state = ResizeState(request.state)
+    if found is None:
+        rows = [Removal(uuid, "", "", None, False, "") for uuid in uuids]
+        return rows, (
+            "The cluster is not watched, so whether these nodes left it cannot be confirmed."
+        )
+    return [
+        Removal(
+            uuid=node.uuid,
+            name=node.name,
+            url=node.url,
+            deleted=when(node.deleted_at, now),
+            lease_gone=node.lease_gone,
+            text=_removal_text(node, state),
+        )
+        for node in found
+    ], ""

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from django import template
 
+from leases.models import ConditionStatus
 from nks.enums import EventState, Freshness, OperationPhase
 from nks.models import Health, ResizeState
+from nks.node_picture import CrossCheck
 from nks.presenters.clusters import ClusterRow
+from nks.presenters.nodegroup_detail import NodeRow
 from nks.presenters.rows import NodegroupRow
 
 register = template.Library()
@@ -57,6 +60,16 @@ NODE_STATUS_PILLS = {
     "ROTTEN_DATA": WARN,
 }
 OK_PILLS = {True: OK, False: BAD}
+# A Kubernetes node condition's status. For Ready, False and Unknown are both bad (Unknown is
+# what the node controller writes when the kubelet stops reporting).
+READY_PILLS = {
+    ConditionStatus.TRUE: OK,
+    ConditionStatus.FALSE: BAD,
+    ConditionStatus.UNKNOWN: BAD,
+    ConditionStatus.MISSING: QUIET,
+}
+# The pressure conditions are good when False: MemoryPressure True is the bad news.
+PRESSURE_PILLS = {ConditionStatus.TRUE: BAD, ConditionStatus.FALSE: OK}
 
 
 @register.filter
@@ -129,3 +142,29 @@ def nodegroup_row_class(row: NodegroupRow) -> str:
     if row.health in (Health.DEGRADED, Health.UNKNOWN) or row.in_progress:
         return "row-warn"
     return ""
+
+
+@register.filter
+def condition_class(status: ConditionStatus | str | None, kind: str = "Ready") -> str:
+    """A node condition's pill: ``{{ c.status|condition_class:c.type }}``."""
+    if kind == "Ready":
+        return READY_PILLS.get(status, QUIET)  # type: ignore[call-overload]
+    return PRESSURE_PILLS.get(status, WARN if status == ConditionStatus.UNKNOWN else QUIET)  # type: ignore[call-overload]
+
+
+@register.filter
+def node_row_class(row: NodeRow) -> str:
+    """A node's table row: red when not Ready or silent, amber when cordoned."""
+    if row.ready != ConditionStatus.TRUE or row.heartbeat == "expired":
+        return "row-bad"
+    if row.cordoned:
+        return "row-warn"
+    return ""
+
+
+@register.filter
+def cross_check_class(check: CrossCheck | None) -> str:
+    """The cross-check's banner: agreement is good news, no verdict is quiet, else a warning."""
+    if check is None or check.unjudged:
+        return "banner-info"
+    return "banner-success" if check.agrees else "banner-warning"

@@ -13,6 +13,7 @@ from dashboard.models import ApiToken
 from fakes.nks import FakeNks
 from nks.models import NksAccount, NksNodegroup, ResizeRequest
 from nks.resizes import submit_resize
+from tests.nks.nodes import nodes_like_the_fake
 
 pytestmark = pytest.mark.django_db
 
@@ -140,11 +141,18 @@ def test_a_resize_is_accepted_with_the_request_url_and_audited(
     assert len(fake_nks.requests_seen(r"/v1/clusters/[^/]+/actions/resize", method="POST")) == 1
 
 
+@pytest.fixture
+def watched(polled: NksAccount, fake_nks: FakeNks) -> NksAccount:
+    nodes_like_the_fake(fake_nks, "prod-api")
+    return polled
+
+
 def test_scaling_in_through_the_api_needs_no_typed_confirmation(
-    polled: NksAccount, automation: Client
+    watched: NksAccount, automation: Client, fake_nks: FakeNks
 ) -> None:
     nodegroup = default_worker()
-    victim = nodegroup.nodes[0]["uuid"]
+    with fake_nks.state.lock:
+        victim = fake_nks.state.find_cluster("prod-api").nodegroups[0].nodes[0].uuid
     post(
         automation,
         resize_path(nodegroup),
@@ -170,12 +178,12 @@ def test_scaling_in_through_the_api_needs_no_typed_confirmation(
         (
             {"node_count": 4, "reason": "x", "nodes_to_remove": ["nope"]},
             "nodes_to_remove",
-            "Select a valid choice",
+            "nope is not a node of nodegroup default-worker.",
         ),
     ],
 )
 def test_invalid_resizes_answer_400_with_field_errors(
-    polled: NksAccount, automation: Client, body: Any, field: str | None, message: str
+    watched: NksAccount, automation: Client, body: Any, field: str | None, message: str
 ) -> None:
     answer = post(automation, resize_path(default_worker()), body, 400)
     if field is None:

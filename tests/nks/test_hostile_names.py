@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import re
+import uuid
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -18,8 +19,11 @@ from django.test import Client
 from django.urls import reverse
 
 from dashboard.models import ApiToken
+from leases.models import KubeCluster, Node
 from nks.models import NksCluster, NksNodegroup, ResizeState
+from nks.services import kube_name
 from tests.alerts.factories import make_account, make_nks_cluster, make_nodegroup, make_resize
+from tests.nks.nodes import make_node, watched_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -60,17 +64,20 @@ def cluster() -> NksCluster:
 
 
 def worker(cluster: NksCluster, name: str, nodes: int = 2) -> NksNodegroup:
-    """A worker nodegroup of Ready nodes whose instance uuids are known (so removable)."""
-    return make_nodegroup(
-        cluster,
-        name,
-        node_count=nodes,
-        ready=nodes,
-        nodes=[
-            {"uuid": f"node-uuid-{index}", "name": f"node-{index}", "ready": True}
-            for index in range(nodes)
-        ],
-    )
+    """A worker nodegroup of Ready nodes whose instance uuids are known (so removable): the
+    cluster is watched, and each node is a Node labelled with the nodegroup's name."""
+    group = make_nodegroup(cluster, name, node_count=nodes, ready=nodes)
+    kube = KubeCluster.objects.filter(name=kube_name(cluster.name)).first()
+    kube = kube or watched_cluster(kube_name(cluster.name))
+    for index in range(nodes):
+        make_node(kube, f"node-{group.pk}-{index}", nodegroup=name, instance=str(uuid.uuid4()))
+    return group
+
+
+def instances(group: NksNodegroup) -> list[str]:
+    """The instance UUIDs of the nodegroup's Nodes, by node name."""
+    nodes = Node.objects.filter(nodegroup_label=group.name).order_by("name")
+    return [node.provider_id.removeprefix("openstack:///") for node in nodes]
 
 
 def browse(client: Client, base: str, href: str, status: int = 200) -> str:
@@ -188,7 +195,7 @@ def test_the_form_refuses_the_same_node_chosen_twice(
     operator_client: Client, cluster: NksCluster
 ) -> None:
     group = worker(cluster, "default-worker", nodes=3)
-    victim = group.nodes[0]["uuid"]
+    victim = instances(group)[0]
 
     # 3 -> 1 removes two nodes: the same one twice once passed "choose exactly 2".
     response = operator_client.post(
@@ -209,7 +216,7 @@ def test_the_form_refuses_the_same_node_chosen_twice(
 
 def test_the_api_refuses_the_same_node_given_twice(operator: Any, cluster: NksCluster) -> None:
     group = worker(cluster, "default-worker", nodes=3)
-    victim = group.nodes[0]["uuid"]
+    victim = instances(group)[0]
     _, token = ApiToken.issue(operator, name="tests", scope=ApiToken.Scope.WRITE)
 
     response = Client(HTTP_AUTHORIZATION=f"Bearer {token}").post(

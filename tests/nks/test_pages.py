@@ -18,6 +18,7 @@ from nks.models import NksAccount, NksCluster, stale_after
 from nks.poller import poll_account
 from nks.services import register_nks_account
 from tests.leases.factories import make_cluster, make_lease
+from tests.nks.nodes import heartbeat, nodes_like_the_fake
 
 pytestmark = pytest.mark.django_db
 
@@ -185,17 +186,17 @@ def test_an_operator_registers_the_cluster_as_a_lease_source_in_one_click(
     polled: NksAccount, operator_client: Client, fake_nks: FakeNks
 ) -> None:
     url = cluster_url("prod-api")
-    assert "Watch this cluster's Leases" in text_of(operator_client, url)
+    assert "Watch this cluster's Leases and Nodes" in text_of(operator_client, url)
     response = operator_client.post(f"{url}watch-leases/", follow=True)
     text = response.content.decode()
-    assert "prod-api is now watched for Leases as prod-api" in text
+    assert "prod-api is now watched for Leases and Nodes as prod-api" in text
     kube = KubeCluster.objects.get(name="prod-api")
     assert "fake-nks-" in kube.kubeconfig and kube.enabled
     assert NksCluster.objects.get(name="prod-api").kube_cluster == kube
     assert "fake-nks-" not in text, "the kubeconfig is a secret"
     assert len(fake_nks.requests_seen(r"/v1/clusters/[^/]+/config")) == 1
     again = operator_client.post(f"{url}watch-leases/", follow=True).content.decode()
-    assert "already watched for Leases" in again
+    assert "already watched for Leases and Nodes" in again
     assert len(fake_nks.requests_seen(r"/v1/clusters/[^/]+/config")) == 1
 
 
@@ -227,11 +228,13 @@ def test_unknown_clusters_and_nodegroups_are_404(polled: NksAccount, viewer: Cli
 def test_the_nodegroup_page_shows_nodes_history_and_the_form(
     polled: NksAccount, operator_client: Client, fake_nks: FakeNks
 ) -> None:
+    nodes_like_the_fake(fake_nks, "legacy-batch")
     text = text_of(operator_client, f"{cluster_url('legacy-batch')}nodegroups/default-worker/")
     node = fake_nks.state.find_cluster("legacy-batch").nodegroups[0].nodes[0]
-    row = text.split(node.name, 1)[1].split("</tr>", 1)[0]
-    assert node.address in row and node.uuid in row and ">Ready</span>" in row
-    assert "not watched" in row
+    row = text.split(f'data-node="{node.name}"', 1)[1].split("</tr>", 1)[0]
+    assert node.uuid in row and ">Ready</span>" in row and "KubeletReady" in row
+    assert ">held</span>" in row, "its heartbeat Lease"
+    assert f'href="/leases/clusters/legacy-batch/nodes/{node.name}/"' in row
     assert "History, last 24 hours" in text and "1 sample;" in text
     assert "Target node count" in text and 'name="confirm_name"' in text
     partial = text_of(
@@ -248,13 +251,12 @@ def test_a_node_whose_heartbeat_lease_expired_is_preselected(
     polled: NksAccount, operator_client: Client, fake_nks: FakeNks
 ) -> None:
     nodes = fake_nks.state.find_cluster("prod-api").nodegroups[0].nodes
-    kube = make_cluster("prod-api", fresh=True, last_flush_at=timezone.now())
-    for index, node in enumerate(nodes):
-        node_lease(kube, node.name, renewed_ago=300 if index == 1 else 1)
+    kube, _ = nodes_like_the_fake(fake_nks, "prod-api")
+    heartbeat(kube, nodes[1].name, renewed_ago=300)
     text = text_of(operator_client, f"{cluster_url('prod-api')}nodegroups/default-worker/")
     checkbox = text.split(f'value="{nodes[1].uuid}"', 1)[1].split(">", 1)[0]
     assert "checked" in checkbox
-    assert f"{nodes[1].name} ({nodes[1].address}, heartbeat lease expired)" in text
+    assert f"{nodes[1].name} (heartbeat lease expired) · {nodes[1].uuid}" in text
     assert "checked" not in text.split(f'value="{nodes[0].uuid}"', 1)[1].split(">", 1)[0]
 
 

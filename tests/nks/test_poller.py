@@ -70,11 +70,11 @@ def test_poll_stores_every_cluster_nodegroup_event_and_one_sample_each(
         6,
     )
     assert (batch.ready, batch.not_ready, batch.node_status) == (2, 0, "NORMAL")
-    # The fake's nodes list gives each node's instance uuid, name and address.
+    # NKS names no node of a nodegroup, only addresses: nodes come from the cluster's Nodes.
     fake_group = fake_nks.state.find_nodegroup(
         fake_nks.state.find_cluster("prod-api"), "batch-worker"
     )
-    assert [node["uuid"] for node in batch.nodes] == [node.uuid for node in fake_group.nodes]
+    assert batch.node_addresses == [node.address for node in fake_group.nodes]
     assert polled.last_success_at is not None and polled.consecutive_failures == 0
     # A token, the list, per cluster its detail, nodegroups and events, each nodegroup detail.
     assert polled.last_poll_calls == 1 + 1 + 3 * 3 + 5
@@ -99,7 +99,6 @@ def test_quirks_of_the_guide_are_stored_sensibly(polled: NksAccount) -> None:
     assert len(legacy.node_readiness) == 4 and all(legacy.node_readiness.values())
     legacy_default = nodegroup("legacy-batch", "default-worker")
     assert (legacy_default.node_count, legacy_default.ready, legacy_default.not_ready) == (4, 4, 0)
-    assert {node["ready"] for node in legacy_default.nodes} == {True}
 
 
 def test_the_client_and_the_models_share_one_freshness_and_one_event_state(

@@ -16,17 +16,12 @@ from django.test import Client
 from django.utils import timezone
 
 from fakes.nks import FakeNks
+from leases.models import Node
 from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeRequest, ResizeState
 from nks.poller import poll_account
-from nks.resizes import (
-    UNCERTAIN_GIVE_UP,
-    ResizeConflict,
-    advance_resize,
-    follow_resize,
-    request_resize,
-    submit_resize,
-    sweep_resizes,
-)
+from nks.resize_progress import advance_resize, follow_resize, sweep_resizes
+from nks.resizes import UNCERTAIN_GIVE_UP, ResizeConflict, request_resize, submit_resize
+from tests.nks.nodes import nodes_like_the_fake
 
 pytestmark = pytest.mark.django_db
 
@@ -102,9 +97,21 @@ def _nothing() -> None:
     return None
 
 
+def _instances(cluster: str, nodegroup: str) -> list[str]:
+    """Instance UUIDs of the watched cluster's Nodes labelled with the nodegroup, by name."""
+    nodes = Node.objects.filter(cluster__name=cluster, nodegroup_label=nodegroup).order_by("name")
+    return [node.provider_id.removeprefix("openstack:///") for node in nodes]
+
+
 def _victims(count: int) -> list[str]:
-    nodes = group("prod-api", "default-worker").nodes
-    return [node["uuid"] for node in nodes[:count]]
+    return _instances("prod-api", "default-worker")[:count]
+
+
+@pytest.fixture
+def watched(polled: NksAccount, fake_nks: FakeNks) -> NksAccount:
+    """prod-api polled and watched: a Node and heartbeat Lease per node of the fake."""
+    nodes_like_the_fake(fake_nks, "prod-api")
+    return polled
 
 
 INVALID = [
@@ -164,7 +171,7 @@ INVALID = [
         "a node of another nodegroup",
         _nothing,
         {"node_count": "2", "nodes_to_remove": "stranger", "confirm_name": "default-worker"},
-        "Select a valid choice.",
+        "is not a node of nodegroup default-worker.",
     ),
     (
         "no confirmation",
@@ -188,7 +195,7 @@ INVALID = [
     ids=[case[0] for case in INVALID],
 )
 def test_the_form_refuses_every_invalid_combination(
-    polled: NksAccount,
+    watched: NksAccount,
     operator_client: Client,
     django_capture_on_commit_callbacks: Any,
     setup: Callable[[], None],
@@ -201,7 +208,7 @@ def test_the_form_refuses_every_invalid_combination(
     if form.get("nodes_to_remove") == "first":
         form["nodes_to_remove"] = _victims(1)[0]
     elif form.get("nodes_to_remove") == "stranger":
-        form["nodes_to_remove"] = group("prod-api", "batch-worker").nodes[0]["uuid"]
+        form["nodes_to_remove"] = _instances("prod-api", "batch-worker")[0]
     with django_capture_on_commit_callbacks() as callbacks:
         response = operator_client.post(resize_url(nodegroup), form)
     assert response.status_code == 400
@@ -210,7 +217,7 @@ def test_the_form_refuses_every_invalid_combination(
     assert ResizeRequest.objects.count() == 0 and callbacks == []
 
 
-def test_below_the_nodegroup_minimum_names_it(polled: NksAccount, operator_client: Client) -> None:
+def test_below_the_nodegroup_minimum_names_it(watched: NksAccount, operator_client: Client) -> None:
     NksNodegroup.objects.filter(name="default-worker").update(min_node_count=3)
     nodegroup = group("prod-api", "default-worker")
     victim = _victims(1)
@@ -341,7 +348,7 @@ def test_two_engineers_at_the_same_moment_make_one_request(
 
 
 def test_scaling_in_removes_exactly_the_chosen_nodes(
-    polled: NksAccount, operator_client: Client, fake_nks: FakeNks
+    watched: NksAccount, operator_client: Client, fake_nks: FakeNks
 ) -> None:
     nodegroup = group("prod-api", "default-worker")
     victims = _victims(2)
@@ -361,7 +368,9 @@ def test_scaling_in_removes_exactly_the_chosen_nodes(
     assert posts(fake_nks)[0].body["nodes_to_remove"] == victims
     fake_nks.state.finish_all_resizes()
     assert follow(request.pk) == ResizeState.SUCCEEDED
-    remaining = {node["uuid"] for node in group("prod-api", "default-worker").nodes}
+    with fake_nks.state.lock:
+        fake_group = fake_nks.state.find_cluster("prod-api").nodegroups[0]
+        remaining = {node.uuid for node in fake_group.nodes}
     assert remaining.isdisjoint(victims) and len(remaining) == 1
 
 
@@ -372,12 +381,13 @@ def test_not_ready_nodes_are_preselected_for_removal(
         legacy = fake_nks.state.find_cluster("legacy-batch")
         sick = legacy.nodegroups[0].nodes[2]
         sick.ready = False
+        healthy = legacy.nodegroups[0].nodes[0]
     assert poll_account(nks_account.pk).ok
+    nodes_like_the_fake(fake_nks, "legacy-batch")
     text = operator_client.get(page_url(group("legacy-batch", "default-worker"))).content.decode()
     checkbox = text.split(f'value="{sick.uuid}"', 1)[1].split(">", 1)[0]
     assert "checked" in checkbox
-    assert f"{sick.name} ({sick.address}, NotReady)" in text
-    healthy = legacy.nodegroups[0].nodes[0]
+    assert f"{sick.name} (NotReady: KubeletNotReady) · {sick.uuid}" in text
     assert "checked" not in text.split(f'value="{healthy.uuid}"', 1)[1].split(">", 1)[0]
 
 
