@@ -25,6 +25,7 @@ class Rule(models.TextChoices):
     NODE_HEARTBEATS_EXPIRED = "node_heartbeats_expired", "node heartbeats expired"
     CLUSTER_UNHEALTHY = "cluster_unhealthy", "NKS cluster unhealthy"
     NODEGROUP_NOT_READY = "nodegroup_not_ready", "NKS nodegroup not ready"
+    NODEGROUP_MISMATCH = "nodegroup_mismatch", "NKS and the cluster disagree"
     RESIZE_FAILED = "resize_failed", "nodegroup resize failed"
     SOURCE_STALE = "source_stale", "data source stale"
 

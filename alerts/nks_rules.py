@@ -26,6 +26,7 @@ from alerts.conditions import (
     time_fact,
 )
 from alerts.models import Rule
+from nks.health import nodegroup_of_node
 from nks.models import (
     Freshness,
     NksAccount,
@@ -34,6 +35,7 @@ from nks.models import (
     ResizeRequest,
     ResizeState,
 )
+from nks.node_picture import nodegroup_nodes
 
 NORMAL = "NORMAL"
 NODES_NOT_READY = ("NOT_READY_NODE_EXIST", "ALL_NODES_NOT_READY")
@@ -180,11 +182,8 @@ def nodegroup_not_ready(ctx: RuleContext) -> RuleOutcome:
         node_status = nodegroup.node_status.strip().upper()
         if not_ready <= 0 and node_status not in NODES_NOT_READY:
             continue
-        names = [
-            str(node.get("name") or node.get("uuid") or "?")
-            for node in nodegroup.nodes or []
-            if isinstance(node, dict) and node.get("ready") is False
-        ]
+        nodegroup.cluster = cluster
+        names = _not_ready_names(nodegroup, now)
         outcome.add(
             Condition(
                 key=key,
@@ -212,6 +211,20 @@ def nodegroup_not_ready(ctx: RuleContext) -> RuleOutcome:
     for incident in ctx.ending(outcome):
         outcome.notes[incident.key] = "every node of the nodegroup is ready (or it is gone)"
     return outcome
+
+
+def _not_ready_names(nodegroup: NksNodegroup, now: datetime) -> list[str]:
+    """Which nodes are not ready: the watched cluster's Nodes say; else NKS's per-node keys."""
+    nodes = nodegroup_nodes(nodegroup, now)
+    if nodes is not None and not nodes.watch_problem:
+        return [node.name for node in nodes.members if node.not_ready]
+    readiness = nodegroup.cluster.node_readiness or {}
+    groups = [nodegroup.name]
+    return sorted(
+        name
+        for name, ready in readiness.items()
+        if ready is False and nodegroup_of_node(name, nodegroup.cluster.name, groups)
+    )
 
 
 # --- resize_failed ---------------------------------------------------------------------------

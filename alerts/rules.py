@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
-from alerts import lease_rules, nks_rules
+from alerts import lease_rules, nks_node_rules, nks_rules
 from alerts.conditions import RuleConfig, RuleContext, RuleOutcome
 from alerts.models import AlertRule, Rule, Severity, split_addresses
 
@@ -84,6 +84,14 @@ RULE_SPECS: dict[Rule, RuleSpec] = {
             nks_rules.nodegroup_not_ready,
             "An NKS nodegroup has nodes that are not ready (not judged while NKS updates it).",
             grace_help="Seconds it must last (default ALERT_NKS_GRACE_POLLS poll intervals).",
+        ),
+        RuleSpec(
+            Rule.NODEGROUP_MISMATCH,
+            Severity.WARNING,
+            nks_node_rules.nodegroup_mismatch,
+            "NKS's node count or ready:not-ready disagrees with the cluster's own Nodes and "
+            "heartbeat Leases (no verdict while either side is stale).",
+            grace_help="Seconds it must last (default 3 NKS poll intervals).",
         ),
         RuleSpec(
             Rule.RESIZE_FAILED,

@@ -493,17 +493,12 @@ def test_stale_health_data_from_nks_is_unhealthy(clock: Clock) -> None:
 def test_nodegroup_not_ready_opens_resolves_and_is_not_judged_while_updating(
     clock: Clock,
 ) -> None:
-    cluster = make_nks_cluster(make_account(), "prod")
+    # Not watched: the node's name comes from NKS's per-node "<node>.Ready" keys.
+    cluster = make_nks_cluster(
+        make_account(), "prod", node_readiness={"prod-pool-a-1": True, "prod-pool-a-2": False}
+    )
     group = make_nodegroup(
-        cluster,
-        "pool-a",
-        ready=2,
-        not_ready=1,
-        node_status="NOT_READY_NODE_EXIST",
-        nodes=[
-            {"name": "prod-pool-a-1", "ready": True},
-            {"name": "prod-pool-a-2", "ready": False},
-        ],
+        cluster, "pool-a", ready=2, not_ready=1, node_status="NOT_READY_NODE_EXIST"
     )
     for _ in range(3):
         poll(cluster)
