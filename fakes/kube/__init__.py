@@ -1,10 +1,11 @@
-"""A fake kube-apiserver for Leases and LeaseCandidates: the demo cluster behind `make run`,
-and the server tests and benchmarks talk to over real HTTP.
+"""A fake kube-apiserver for Leases, LeaseCandidates and Nodes: the demo cluster behind
+`make run`, and the server tests and benchmarks talk to over real HTTP.
 
 Run it with `python manage.py fake_apiserver`, or in-process with `FakeApiServer(...).start()`.
 """
 
 from fakes.kube.kubeconfig import kubeconfig_document
+from fakes.kube.node_scenarios import add_node, remove_node
 from fakes.kube.routes import RequestRecord
 from fakes.kube.scenarios import (
     DemoScenario,
@@ -28,6 +29,8 @@ __all__ = [
     "RequestRecord",
     "Scenario",
     "ScenarioRunner",
+    "add_node",
     "kubeconfig_document",
     "make_scenario",
+    "remove_node",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fakes.kube.resources import GROUP, ResourceType
@@ -17,6 +17,7 @@ def discovery_document(
     path: str,
     *,
     served: Mapping[str, list[ResourceType]],
+    core: Sequence[ResourceType] = (),
     kubernetes_version: str,
     server_address: str,
 ) -> dict[str, Any] | None:
@@ -45,17 +46,23 @@ def discovery_document(
             "platform": "linux/amd64",
         }
     if path == "/api":
-        # No core group: this fake serves coordination.k8s.io only, and an empty core
-        # resource list makes discovery clients (kubectl api-resources) report an error.
+        # Without Nodes the core group is not offered at all: an empty core resource list
+        # makes discovery clients (kubectl api-resources) report an error.
         return {
             "kind": "APIVersions",
-            "versions": [],
+            "versions": ["v1"] if core else [],
             "serverAddressByClientCIDRs": [
                 {
                     "clientCIDR": "0.0.0.0/0",
                     "serverAddress": server_address,
                 }
             ],
+        }
+    if path == "/api/v1" and core:
+        return {
+            "kind": "APIResourceList",
+            "groupVersion": "v1",
+            "resources": [entry for resource in core for entry in _core_entries(resource)],
         }
     if path == "/apis":
         return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
@@ -81,3 +88,29 @@ def discovery_document(
             ],
         }
     return None
+
+
+def _core_entries(resource: ResourceType) -> list[dict[str, Any]]:
+    """A core kind and its status subresource, as /api/v1 lists them."""
+    entry: dict[str, Any] = {
+        "name": resource.plural,
+        "singularName": resource.singular,
+        "namespaced": resource.namespaced,
+        "kind": resource.kind,
+        "verbs": list(_LEASE_VERBS),
+    }
+    if resource.short_names:
+        entry["shortNames"] = list(resource.short_names)
+    entry["storageVersionHash"] = resource.storage_version_hash
+    entries = [entry]
+    if resource.has_status:
+        entries.append(
+            {
+                "name": f"{resource.plural}/status",
+                "singularName": "",
+                "namespaced": resource.namespaced,
+                "kind": resource.kind,
+                "verbs": ["get", "patch", "update"],
+            }
+        )
+    return entries

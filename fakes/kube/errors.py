@@ -51,19 +51,28 @@ class ApiError(Exception):
         return str(self.body["reason"])
 
 
-def _resource_details(plural: str, name: str | None) -> dict[str, Any]:
+def _resource_details(plural: str, name: str | None, group: str = GROUP) -> dict[str, Any]:
     details: dict[str, Any] = {}
     if name:
         details["name"] = name
-    details["group"] = GROUP
+    if group:  # omitempty: the core group ("") is not written
+        details["group"] = group
     details["kind"] = plural
     return details
 
 
-def not_found(plural: str, name: str) -> ApiError:
+def _qualified(plural: str, group: str) -> str:
+    """How messages name a resource: `leases.coordination.k8s.io`, but plain `nodes`."""
+    return f"{plural}.{group}" if group else plural
+
+
+def not_found(plural: str, name: str, group: str = GROUP) -> ApiError:
     return ApiError(
         status_body(
-            404, "NotFound", f'{plural}.{GROUP} "{name}" not found', _resource_details(plural, name)
+            404,
+            "NotFound",
+            f'{_qualified(plural, group)} "{name}" not found',
+            _resource_details(plural, name, group),
         )
     )
 
@@ -75,18 +84,18 @@ def path_not_found() -> ApiError:
     )
 
 
-def already_exists(plural: str, name: str) -> ApiError:
+def already_exists(plural: str, name: str, group: str = GROUP) -> ApiError:
     return ApiError(
         status_body(
             409,
             "AlreadyExists",
-            f'{plural}.{GROUP} "{name}" already exists',
-            _resource_details(plural, name),
+            f'{_qualified(plural, group)} "{name}" already exists',
+            _resource_details(plural, name, group),
         )
     )
 
 
-def conflict(plural: str, name: str, cause: str | None = None) -> ApiError:
+def conflict(plural: str, name: str, cause: str | None = None, group: str = GROUP) -> ApiError:
     cause = cause or (
         "the object has been modified; please apply your changes to the latest version "
         "and try again"
@@ -95,8 +104,8 @@ def conflict(plural: str, name: str, cause: str | None = None) -> ApiError:
         status_body(
             409,
             "Conflict",
-            f'Operation cannot be fulfilled on {plural}.{GROUP} "{name}": {cause}',
-            _resource_details(plural, name),
+            f'Operation cannot be fulfilled on {_qualified(plural, group)} "{name}": {cause}',
+            _resource_details(plural, name, group),
         )
     )
 
@@ -135,19 +144,20 @@ def unsupported_value(field: str, value: str, supported: Sequence[str]) -> Field
     )
 
 
-def invalid(kind: str, name: str, errors: Sequence[FieldError]) -> ApiError:
+def invalid(kind: str, name: str, errors: Sequence[FieldError], group: str = GROUP) -> ApiError:
     joined = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(map(str, errors)) + "]"
     causes = [
         {"reason": error.cause_reason, "message": error.detail, "field": error.field}
         for error in errors
     ]
     # Unlike NotFound/Conflict, Invalid names the Kind ("Lease"), not the resource ("leases").
+    details: dict[str, Any] = {"name": name}
+    if group:
+        details["group"] = group
+    details.update(kind=kind, causes=causes)
     return ApiError(
         status_body(
-            422,
-            "Invalid",
-            f'{kind}.{GROUP} "{name}" is invalid: {joined}',
-            {"name": name, "group": GROUP, "kind": kind, "causes": causes},
+            422, "Invalid", f'{_qualified(kind, group)} "{name}" is invalid: {joined}', details
         )
     )
 
@@ -189,12 +199,31 @@ def method_not_allowed() -> ApiError:
     )
 
 
+def unsupported_media_type(accepted: Sequence[str]) -> ApiError:
+    return ApiError(
+        status_body(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: "
+            + ", ".join(accepted),
+        )
+    )
+
+
 def unauthorized() -> ApiError:
     return ApiError(status_body(401, "Unauthorized", "Unauthorized"))
 
 
 def forbidden(
-    user: str, verb: str, plural: str | None, namespace: str | None, name: str | None, path: str
+    user: str,
+    verb: str,
+    plural: str | None,
+    namespace: str | None,
+    name: str | None,
+    path: str,
+    *,
+    group: str = GROUP,
+    subresource: str | None = None,
 ) -> ApiError:
     if plural is None:
         return ApiError(
@@ -202,13 +231,15 @@ def forbidden(
                 403, "Forbidden", f'forbidden: User "{user}" cannot {verb} path "{path}"', {}
             )
         )
-    subject = f'{plural}.{GROUP} "{name}"' if name else f"{plural}.{GROUP}"
+    qualified = _qualified(plural, group)
+    subject = f'{qualified} "{name}"' if name else qualified
     scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+    resource = f"{plural}/{subresource}" if subresource else plural
     message = (
-        f'{subject} is forbidden: User "{user}" cannot {verb} resource "{plural}" '
-        f'in API group "{GROUP}" {scope}'
+        f'{subject} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
+        f'in API group "{group}" {scope}'
     )
-    return ApiError(status_body(403, "Forbidden", message, _resource_details(plural, name)))
+    return ApiError(status_body(403, "Forbidden", message, _resource_details(plural, name, group)))
 
 
 def injected_failure(code: int, retry_after_seconds: int) -> ApiError:

@@ -15,7 +15,7 @@ import orjson
 
 from fakes.kube import errors
 from fakes.kube.errors import ApiError
-from fakes.kube.resources import GROUP
+from fakes.kube.patches import parse_patch
 from fakes.kube.routes import (
     RequestRecord,
     ResourcePath,
@@ -97,7 +97,6 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch()
 
     def do_PATCH(self) -> None:
-        # Nothing here patches; a Status-shaped 405 says so more plainly than http.server's 501.
         self._dispatch()
 
     def do_DELETE(self) -> None:
@@ -231,6 +230,8 @@ class Handler(BaseHTTPRequestHandler):
         api = self.server.api
         store = api.store
         resource, version = route.resource, route.version
+        # Cluster-scoped objects (Nodes) are stored under the namespace "".
+        namespace = route.namespace or ""
         method = self.command
         if route.name is None:
             if method == "GET":
@@ -239,10 +240,10 @@ class Handler(BaseHTTPRequestHandler):
                 else:
                     self._list(route, query)
                 return
-            if method == "POST" and route.namespace is not None:
+            if method == "POST" and (route.namespace is not None or not resource.namespaced):
                 created = store.create(
                     resource,
-                    route.namespace,
+                    namespace,
                     decode_body(resource, version, body),
                     version=version,
                 )
@@ -250,21 +251,35 @@ class Handler(BaseHTTPRequestHandler):
                 return
             raise errors.method_not_allowed()
 
-        assert route.namespace is not None  # _parse_resource_path guarantees it for items
         if method == "GET":
-            obj = store.get(resource, route.namespace, route.name)
+            obj = store.get(resource, namespace, route.name)
             self._send_json(200, with_kind(resource, obj, version))
         elif method == "PUT":
             updated = store.update(
                 resource,
-                route.namespace,
+                namespace,
                 route.name,
                 decode_body(resource, version, body),
                 version=version,
+                subresource=route.subresource,
             )
             self._send_json(200, with_kind(resource, updated, version))
-        elif method == "DELETE":
-            deleted = store.delete(resource, route.namespace, route.name)
+        elif method == "PATCH":
+            patched = store.patch(
+                resource,
+                namespace,
+                route.name,
+                parse_patch(self.headers.get("Content-Type"), body),
+                version=version,
+                subresource=route.subresource,
+            )
+            self._send_json(200, with_kind(resource, patched, version))
+        elif method == "DELETE" and route.subresource is None:
+            deleted = store.delete(resource, namespace, route.name)
+            details: dict[str, Any] = {"name": route.name}
+            if resource.group:  # omitempty: the core group is not written
+                details["group"] = resource.group
+            details.update(kind=resource.plural, uid=deleted["metadata"]["uid"])
             self._send_json(
                 200,
                 {
@@ -272,12 +287,7 @@ class Handler(BaseHTTPRequestHandler):
                     "apiVersion": "v1",
                     "metadata": {},
                     "status": "Success",
-                    "details": {
-                        "name": route.name,
-                        "group": GROUP,
-                        "kind": resource.plural,
-                        "uid": deleted["metadata"]["uid"],
-                    },
+                    "details": details,
                 },
             )
         else:

@@ -1,4 +1,4 @@
-"""The two kinds this fake serves (Lease, LeaseCandidate): schemas, time formats, validation.
+"""The kinds this fake serves (Lease, LeaseCandidate, Node): schemas, time formats, validation.
 
 Bodies are cleaned the way the apiserver's decoder does it: fields are rebuilt in the Go
 struct's order, unknown fields are dropped, `null` means absent, a wrong JSON type is a 400
@@ -17,6 +17,7 @@ from typing import Any
 
 from fakes.kube import errors
 from fakes.kube.errors import ApiError, FieldError
+from fakes.kube.node_schema import clean_node_spec, clean_node_status, validate_node_spec
 
 GROUP = errors.GROUP
 OLDEST_EMULATION_VERSION = "OldestEmulationVersion"
@@ -48,13 +49,19 @@ class ResourceType:
     storage_version_hash: str
     spec_fields: tuple[SpecField, ...]
     table_columns: tuple[tuple[str, str], ...]  # (column name, spec field or "" for Name/Age)
+    group: str = GROUP  # "" is the core group, served under /api instead of /apis
+    namespaced: bool = True
+    # Kinds with a status subresource keep `status` beside `spec`; the main resource's
+    # writes leave it alone and `<plural>/status` writes touch nothing else.
+    has_status: bool = False
+    short_names: tuple[str, ...] = ()
 
     @property
     def list_kind(self) -> str:
         return f"{self.kind}List"
 
     def api_version(self, version: str) -> str:
-        return f"{GROUP}/{version}"
+        return f"{self.group}/{version}" if self.group else version
 
 
 LEASES = ResourceType(
@@ -100,9 +107,25 @@ LEASE_CANDIDATES = ResourceType(
     ),
 )
 
+NODES = ResourceType(
+    plural="nodes",
+    singular="node",
+    kind="Node",
+    storage_version="v1",
+    versions=("v1",),
+    storage_version_hash="XwShjMxG9Fs=",
+    spec_fields=(),  # nested: node_schema cleans it
+    table_columns=(("Name", ""), ("Age", "")),
+    group="",
+    namespaced=False,
+    has_status=True,
+    short_names=("no",),
+)
+
 RESOURCES: dict[str, ResourceType] = {
     LEASES.plural: LEASES,
     LEASE_CANDIDATES.plural: LEASE_CANDIDATES,
+    NODES.plural: NODES,
 }
 
 # Metadata keys a client may set; everything else in metadata is owned by the server.
@@ -183,6 +206,8 @@ def clean_spec(
     `python_values` lets in-process callers pass datetimes or epoch seconds for MicroTime
     fields; over the wire only strings are valid, as for the real decoder.
     """
+    if resource is NODES:
+        return clean_node_spec(spec, version, python_values=python_values)
     if spec is None:
         spec = {}
     if not isinstance(spec, Mapping):
@@ -222,6 +247,15 @@ def clean_spec(
                 raise _decode_error(resource, version, f"spec.{field.name}: {error}") from None
         cleaned[field.name] = value
     return cleaned
+
+
+def clean_status(
+    resource: ResourceType, status: Any, version: str, *, python_values: bool = False
+) -> dict[str, Any]:
+    """The status as the apiserver would store it (kinds with a status subresource only)."""
+    if resource is not NODES:
+        raise ValueError(f"{resource.kind} has no status")
+    return clean_node_status(status, version, python_values=python_values)
 
 
 def clean_client_metadata(resource: ResourceType, metadata: Any, version: str) -> dict[str, Any]:
@@ -295,6 +329,8 @@ def validate_spec(
     resource: ResourceType, spec: Mapping[str, Any], old_spec: Mapping[str, Any] | None
 ) -> list[FieldError]:
     """The apiserver's semantic checks (pkg/apis/coordination/validation)."""
+    if resource is NODES:
+        return validate_node_spec(spec, old_spec)
     problems: list[FieldError] = []
     if resource is LEASES:
         duration = spec.get("leaseDurationSeconds")
@@ -354,14 +390,14 @@ def build_metadata(
     creation_timestamp: str,
     client_metadata: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """ObjectMeta in the apiserver's key order (managedFields are not tracked)."""
-    metadata: dict[str, Any] = {
-        "name": name,
-        "namespace": namespace,
-        "uid": uid,
-        "resourceVersion": str(resource_version),
-        "creationTimestamp": creation_timestamp,
-    }
+    """ObjectMeta in the apiserver's key order (managedFields are not tracked); a
+    cluster-scoped object (namespace "") has no namespace key."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    metadata.update(
+        uid=uid, resourceVersion=str(resource_version), creationTimestamp=creation_timestamp
+    )
     for key in CLIENT_METADATA_KEYS:
         if key in client_metadata:
             metadata[key] = client_metadata[key]

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from fakes.kube import errors
-from fakes.kube.resources import GROUP, ResourceType, clean_client_metadata, clean_spec
+from fakes.kube.resources import (
+    GROUP,
+    ResourceType,
+    clean_client_metadata,
+    clean_spec,
+    clean_status,
+)
 
 _TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 
@@ -30,6 +36,13 @@ class ResourcePath:
     version: str
     namespace: str | None
     name: str | None
+    subresource: str | None = None  # "status"
+
+    @property
+    def rbac_resource(self) -> str:
+        """What RBAC rules name: `nodes`, or `nodes/status` for the subresource."""
+        plural = self.resource.plural
+        return f"{plural}/{self.subresource}" if self.subresource else plural
 
 
 def is_true(value: str | None) -> bool:
@@ -37,25 +50,40 @@ def is_true(value: str | None) -> bool:
     return value in _TRUE
 
 
-def parse_resource_path(path: str, served: Mapping[str, list[ResourceType]]) -> ResourcePath | None:
-    """The resource a path names, or None for discovery and unknown paths."""
+def parse_resource_path(
+    path: str,
+    served: Mapping[str, list[ResourceType]],
+    core: Sequence[ResourceType] = (),
+) -> ResourcePath | None:
+    """The resource a path names, or None for discovery and unknown paths.
+
+    `served` maps coordination.k8s.io versions to their kinds; `core` lists the kinds served
+    under /api/v1.
+    """
     parts = path.strip("/").split("/")
-    if len(parts) < 4 or parts[0] != "apis" or parts[1] != GROUP:
+    if len(parts) >= 3 and parts[0] == "api" and parts[1] == "v1":
+        version, rest, candidates = "v1", parts[2:], list(core)
+    elif len(parts) >= 4 and parts[0] == "apis" and parts[1] == GROUP:
+        version, rest = parts[2], parts[3:]
+        candidates = served.get(version, [])
+    else:
         return None
-    version, rest = parts[2], parts[3:]
     namespace: str | None = None
     if len(rest) >= 3 and rest[0] == "namespaces":
         namespace, rest = rest[1], rest[2:]
-    if len(rest) == 1:
-        plural, name = rest[0], None
-    elif len(rest) == 2 and namespace is not None:
-        plural, name = rest
-    else:
+    resource = next((kind for kind in candidates if kind.plural == rest[0]), None)
+    if resource is None or len(rest) > 3:
         return None
-    for resource in served.get(version, []):
-        if resource.plural == plural:
-            return ResourcePath(resource, version, namespace, name)
-    return None
+    # A namespaced kind's items live in a namespace; a cluster-scoped kind has none.
+    if namespace is not None and not resource.namespaced:
+        return None
+    name = rest[1] if len(rest) >= 2 else None
+    if name is not None and resource.namespaced and namespace is None:
+        return None
+    subresource = rest[2] if len(rest) == 3 else None
+    if subresource is not None and not (subresource == "status" and resource.has_status):
+        return None
+    return ResourcePath(resource, version, namespace, name, subresource)
 
 
 def verb(method: str, route: ResourcePath, query: dict[str, str]) -> str:
@@ -103,6 +131,7 @@ class UpdateRequest:
 
     client_metadata: dict[str, Any]
     spec: dict[str, Any]
+    status: dict[str, Any] | None  # kinds with a status subresource only
     resource_version: str | None
     uid: str | None
 
@@ -116,7 +145,8 @@ class UpdateRequest:
                 f"the name of the object ({metadata['name']}) does not match the name on "
                 f"the URL ({name})"
             )
-        if metadata.get("namespace") not in (None, "", namespace):
+        # A cluster-scoped object's namespace is ignored (cleared), as the apiserver does.
+        if resource.namespaced and metadata.get("namespace") not in (None, "", namespace):
             raise errors.bad_request(
                 "the namespace of the provided object does not match the namespace sent on "
                 "the request"
@@ -126,6 +156,9 @@ class UpdateRequest:
         return cls(
             client_metadata=clean_client_metadata(resource, metadata, version),
             spec=clean_spec(resource, body.get("spec"), version),
+            status=clean_status(resource, body.get("status"), version)
+            if resource.has_status
+            else None,
             resource_version=str(resource_version) if resource_version else None,
             uid=str(uid) if uid else None,
         )

@@ -1,6 +1,6 @@
-"""The fake kube-apiserver for Leases and LeaseCandidates, in-process and over real HTTP:
-its lifecycle, access checks, and the faults tests inject. Requests are answered in
-`handler`, watches streamed in `watch`, objects kept in `store`."""
+"""The fake kube-apiserver for Leases, LeaseCandidates and Nodes, in-process and over real
+HTTP: its lifecycle, access checks (RBAC per resource), and the faults tests inject. Requests
+are answered in `handler`, watches streamed in `watch`, objects kept in `store`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from fakes.kube import errors
 from fakes.kube.discovery import discovery_document
 from fakes.kube.handler import HttpServer
 from fakes.kube.kubeconfig import kubeconfig_document, write_private_file
-from fakes.kube.resources import LEASE_CANDIDATES, LEASES, ResourceType
+from fakes.kube.resources import LEASE_CANDIDATES, LEASES, NODES, RESOURCES, ResourceType
 from fakes.kube.routes import RequestRecord, ResourcePath, parse_resource_path, verb
 from fakes.kube.scenarios import ScenarioRunner, make_scenario
 from fakes.kube.storage import DEFAULT_EVENT_WINDOW
@@ -36,7 +36,7 @@ FORBIDDEN_USER = "system:serviceaccount:lease-dashboard:lease-dashboard"
 
 
 class FakeApiServer:
-    """A kube-apiserver for Leases and LeaseCandidates, in-process and over real HTTP.
+    """A kube-apiserver for Leases, LeaseCandidates and Nodes, in-process and over real HTTP.
 
     Typical use (also a context manager)::
 
@@ -49,6 +49,8 @@ class FakeApiServer:
     empty means the group serves Leases only and candidate paths answer 404, like an old
     cluster. `watch_list` honours `sendInitialEvents=true` as servers with WatchList do.
     `event_window` is how many events watches can resume from before `410 Expired`.
+    `nodes` serves v1 Nodes under /api/v1 (False: 404, like a server without them).
+    Permissions: forbid / allow answer 403 for chosen resources (and verbs) only.
     Faults for tests: set_auth_failure, drop_next_watches, fail_next_requests,
     inject_watch_line, inject_unknown_event, end_watches. Bulk traffic for benchmarks:
     store.prepare_renewals + store.publish, or store.emit_renewals(count, rate=...).
@@ -67,6 +69,7 @@ class FakeApiServer:
         event_window: int = DEFAULT_EVENT_WINDOW,
         watch_list: bool = False,
         store: ObjectStore | None = None,
+        nodes: bool = True,
     ) -> None:
         unknown = set(candidate_versions) - set(LEASE_CANDIDATES.versions)
         if unknown:
@@ -91,6 +94,9 @@ class FakeApiServer:
         self._served: dict[str, list[ResourceType]] = {"v1": [LEASES]}
         for version in self.candidate_versions:
             self._served[version] = [LEASE_CANDIDATES]
+        self._core: list[ResourceType] = [NODES] if nodes else []
+        # RBAC resource ("nodes", "nodes/status", "leases") -> forbidden verbs (None: all).
+        self._forbidden: dict[str, frozenset[str] | None] = {}
         self._flowschema_uid = str(uuid.uuid4())
         self._priority_level_uid = str(uuid.uuid4())
         self._lock = threading.Lock()
@@ -181,6 +187,29 @@ class FakeApiServer:
         with self._lock:
             self._auth_failure = code
 
+    def forbid(self, *resources: str, verbs: Iterable[str] | None = None) -> None:
+        """Answer 403 for these RBAC resources, as for a user whose roles lack them.
+
+        A resource also covers its subresources ("nodes" forbids "nodes/status" too);
+        `verbs` narrows it ("watch" only, say). Everything else keeps working.
+        """
+        known = {f"{plural}/status" for plural, kind in RESOURCES.items() if kind.has_status}
+        known |= set(RESOURCES)
+        unknown = set(resources) - known
+        if unknown:
+            raise ValueError(f"unknown resources: {sorted(unknown)}")
+        with self._lock:
+            for resource in resources:
+                self._forbidden[resource] = None if verbs is None else frozenset(verbs)
+
+    def allow(self, *resources: str) -> None:
+        """Lift `forbid` for these resources; with none, for every resource."""
+        with self._lock:
+            if not resources:
+                self._forbidden.clear()
+            for resource in resources:
+                self._forbidden.pop(resource, None)
+
     def drop_next_watches(self, count: int = 1, *, after_events: int = 0) -> None:
         """The next `count` watches send `after_events` whole events, then half of the next
         line, then cut the connection without ending the chunked stream."""
@@ -268,27 +297,40 @@ class FakeApiServer:
                 raise errors.unauthorized()
         with self._lock:
             failure = self._auth_failure
+            forbidden = dict(self._forbidden)
         if failure == 401:
             raise errors.unauthorized()
-        if failure == 403:
-            if route is None:
-                raise errors.forbidden(FORBIDDEN_USER, method.lower(), None, None, None, path)
-            raise errors.forbidden(
-                FORBIDDEN_USER,
-                verb(method, route, query),
-                route.resource.plural,
-                route.namespace,
-                route.name,
-                path,
-            )
+        if failure != 403 and route is None:
+            return
+        if route is None:
+            raise errors.forbidden(FORBIDDEN_USER, method.lower(), None, None, None, path)
+        action = verb(method, route, query)
+        if failure != 403:
+            rule_names = {route.rbac_resource, route.resource.plural}
+            if not any(
+                name in forbidden and (forbidden[name] is None or action in forbidden[name])
+                for name in rule_names
+            ):
+                return
+        raise errors.forbidden(
+            FORBIDDEN_USER,
+            action,
+            route.resource.plural,
+            route.namespace,
+            route.name,
+            path,
+            group=route.resource.group,
+            subresource=route.subresource,
+        )
 
     def _parse_resource_path(self, path: str) -> ResourcePath | None:
-        return parse_resource_path(path, self._served)
+        return parse_resource_path(path, self._served, self._core)
 
     def _discovery(self, path: str, host_header: str) -> dict[str, Any] | None:
         return discovery_document(
             path,
             served=self._served,
+            core=self._core,
             kubernetes_version=self.kubernetes_version,
             server_address=host_header or f"{self.host}:{self.port}",
         )

@@ -31,7 +31,8 @@ from fakes.kube.resources import (
     format_time,
 )
 
-StoredObject = dict[str, Any]  # {"metadata": {...}, "spec": {...}}, no kind/apiVersion
+# {"metadata": {...}, "spec": {...}} plus "status" for kinds that have one; no kind/apiVersion
+StoredObject = dict[str, Any]
 ObjectKey = tuple[str, str]  # (namespace, name), which sorts like etcd keys
 
 DEFAULT_EVENT_WINDOW = 20_000
@@ -78,12 +79,15 @@ def watch_line(resource: ResourceType, event_type: str, obj: StoredObject, versi
 
 
 def with_kind(resource: ResourceType, obj: StoredObject, version: str) -> dict[str, Any]:
-    return {
+    full = {
         "kind": resource.kind,
         "apiVersion": resource.api_version(version),
         "metadata": obj["metadata"],
         "spec": obj["spec"],
     }
+    if "status" in obj:
+        full["status"] = obj["status"]
+    return full
 
 
 class WatchSubscription:
@@ -267,10 +271,11 @@ class StoreBase:
         spec: dict[str, Any],
         *,
         created_at: float | None = None,
+        status: dict[str, Any] | None = None,
     ) -> StoredObject:
         key = (namespace, name)
         if key in self._objects[resource.plural]:
-            raise errors.already_exists(resource.plural, name)
+            raise errors.already_exists(resource.plural, name, resource.group)
         resource_version = self._resource_version + 1
         metadata = build_metadata(
             name=name,
@@ -281,6 +286,8 @@ class StoreBase:
             client_metadata=client_metadata,
         )
         obj = {"metadata": metadata, "spec": spec}
+        if resource.has_status:
+            obj["status"] = status or {}
         self._commit_locked(resource, key, obj, resource_version, "ADDED")
         return obj
 
@@ -290,10 +297,18 @@ class StoreBase:
         old: StoredObject,
         client_metadata: Mapping[str, Any],
         spec: dict[str, Any],
+        status: dict[str, Any] | None = None,
     ) -> StoredObject:
+        """Write a new version; `status` None keeps the old status (a main-resource write)."""
         old_metadata = old["metadata"]
-        unchanged = spec == old["spec"] and all(
-            client_metadata.get(key) == old_metadata.get(key) for key in CLIENT_METADATA_KEYS
+        if status is None:
+            status = old.get("status")
+        unchanged = (
+            spec == old["spec"]
+            and status == old.get("status")
+            and all(
+                client_metadata.get(key) == old_metadata.get(key) for key in CLIENT_METADATA_KEYS
+            )
         )
         if unchanged:
             # etcd skips a write whose bytes are identical: no new resourceVersion, no event.
@@ -301,30 +316,29 @@ class StoreBase:
         resource_version = self._resource_version + 1
         metadata = build_metadata(
             name=old_metadata["name"],
-            namespace=old_metadata["namespace"],
+            namespace=old_metadata.get("namespace", ""),
             uid=old_metadata["uid"],
             resource_version=resource_version,
             creation_timestamp=old_metadata["creationTimestamp"],
             client_metadata=client_metadata,
         )
         obj = {"metadata": metadata, "spec": spec}
-        key = (old_metadata["namespace"], old_metadata["name"])
+        if status is not None:
+            obj["status"] = status
+        key = (old_metadata.get("namespace", ""), old_metadata["name"])
         self._commit_locked(resource, key, obj, resource_version, "MODIFIED")
         return obj
 
     def _delete_object_locked(self, resource: ResourceType, old: StoredObject) -> StoredObject:
         resource_version = self._resource_version + 1
         # The DELETED event carries the deletion's own resourceVersion (watch_stream.jsonl).
-        final = {
-            "metadata": {**old["metadata"], "resourceVersion": str(resource_version)},
-            "spec": old["spec"],
-        }
-        key = (old["metadata"]["namespace"], old["metadata"]["name"])
+        final = {**old, "metadata": {**old["metadata"], "resourceVersion": str(resource_version)}}
+        key = (old["metadata"].get("namespace", ""), old["metadata"]["name"])
         self._commit_locked(resource, key, final, resource_version, "DELETED")
         return final
 
     def _get_locked(self, resource: ResourceType, namespace: str, name: str) -> StoredObject:
         obj = self._objects[resource.plural].get((namespace, name))
         if obj is None:
-            raise errors.not_found(resource.plural, name)
+            raise errors.not_found(resource.plural, name, resource.group)
         return obj

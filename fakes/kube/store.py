@@ -13,13 +13,17 @@ from typing import Any
 import orjson
 
 from fakes.kube import errors
+from fakes.kube.node_store import NodeOperations
+from fakes.kube.patches import Patcher
 from fakes.kube.renewals import RenewalTraffic
 from fakes.kube.resources import (
+    CLIENT_METADATA_KEYS,
     LEASE_CANDIDATES,
     LEASES,
     ResourceType,
     clean_client_metadata,
     clean_spec,
+    clean_status,
     validate_name,
     validate_namespace,
     validate_spec,
@@ -44,11 +48,13 @@ _TOO_OLD_CONTINUE = (
 )
 
 
-class ObjectStore(RenewalTraffic):
-    """Leases and LeaseCandidates with etcd-like resourceVersions and a bounded watch history.
+class ObjectStore(RenewalTraffic, NodeOperations):
+    """Leases, LeaseCandidates and Nodes with etcd-like resourceVersions and a bounded watch
+    history.
 
-    Every public method is thread-safe. Objects handed out by the `*_lease` / `*_candidate`
-    helpers are deep copies with `kind` and `apiVersion`, like a GET answer.
+    Every public method is thread-safe. Objects handed out by the `*_lease` / `*_candidate` /
+    `*_node` helpers are deep copies with `kind` and `apiVersion`, like a GET answer.
+    Cluster-scoped objects (Nodes) are kept under the namespace "".
     """
 
     # --- the API server's verbs ---------------------------------------------------------
@@ -120,25 +126,31 @@ class ObjectStore(RenewalTraffic):
         version: str,
     ) -> StoredObject:
         metadata = request_metadata(resource, body, version)
-        if metadata.get("namespace") not in (None, "", namespace):
+        if resource.namespaced and metadata.get("namespace") not in (None, "", namespace):
             raise errors.bad_request(
                 "the namespace of the provided object does not match the namespace sent on "
                 "the request"
             )
         client_metadata = clean_client_metadata(resource, metadata, version)
         spec = clean_spec(resource, body.get("spec"), version)
+        # A Node is created with the status its kubelet registers (unlike a Pod's).
+        status = (
+            clean_status(resource, body.get("status"), version) if resource.has_status else None
+        )
         name = metadata.get("name") or ""
         if not isinstance(name, str):
             raise errors.bad_request("metadata.name must be a string")
         with self._lock:
             problems = [
                 *validate_name(name),
-                *validate_namespace(namespace),
+                *(validate_namespace(namespace) if resource.namespaced else []),
                 *validate_spec(resource, spec, None),
             ]
             if problems:
-                raise errors.invalid(resource.kind, name, problems)
-            return self._new_object_locked(resource, namespace, name, client_metadata, spec)
+                raise errors.invalid(resource.kind, name, problems, resource.group)
+            return self._new_object_locked(
+                resource, namespace, name, client_metadata, spec, status=status
+            )
 
     def update(
         self,
@@ -148,26 +160,61 @@ class ObjectStore(RenewalTraffic):
         body: Mapping[str, Any],
         *,
         version: str,
+        subresource: str | None = None,
     ) -> StoredObject:
         """PUT semantics; `metadata.resourceVersion` in the body is an optimistic lock."""
         request = UpdateRequest.from_body(resource, namespace, name, body, version)
         with self._lock:
-            # Leases do not allow create-on-update: a PUT to a missing name is a 404.
+            # Neither kind allows create-on-update: a PUT to a missing name is a 404.
             old = self._get_locked(resource, namespace, name)
-            old_metadata = old["metadata"]
-            if request.uid and request.uid != old_metadata["uid"]:
-                raise errors.conflict(
-                    resource.plural,
-                    name,
-                    f"Precondition failed: UID in precondition: {request.uid}, "
-                    f"UID in object meta: {old_metadata['uid']}",
-                )
-            if request.resource_version not in (None, old_metadata["resourceVersion"]):
-                raise errors.conflict(resource.plural, name)
-            problems = validate_spec(resource, request.spec, old["spec"])
-            if problems:
-                raise errors.invalid(resource.kind, name, problems)
-            return self._replace_object_locked(resource, old, request.client_metadata, request.spec)
+            return self._update_locked(resource, old, request, subresource)
+
+    def patch(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        patcher: Patcher,
+        *,
+        version: str,
+        subresource: str | None = None,
+    ) -> StoredObject:
+        """PATCH: the patch is applied to the current object under the lock, so concurrent
+        patches never conflict (the apiserver retries them internally to the same effect)."""
+        with self._lock:
+            old = self._get_locked(resource, namespace, name)
+            patched = patcher(_deep_copy(with_kind(resource, old, version)))
+            request = UpdateRequest.from_body(resource, namespace, name, patched, version)
+            return self._update_locked(resource, old, request, subresource)
+
+    def _update_locked(
+        self,
+        resource: ResourceType,
+        old: StoredObject,
+        request: UpdateRequest,
+        subresource: str | None,
+    ) -> StoredObject:
+        old_metadata = old["metadata"]
+        name = old_metadata["name"]
+        if request.uid and request.uid != old_metadata["uid"]:
+            raise errors.conflict(
+                resource.plural,
+                name,
+                f"Precondition failed: UID in precondition: {request.uid}, "
+                f"UID in object meta: {old_metadata['uid']}",
+                resource.group,
+            )
+        if request.resource_version not in (None, old_metadata["resourceVersion"]):
+            raise errors.conflict(resource.plural, name, group=resource.group)
+        if subresource == "status":
+            # A status write changes the status only; spec and metadata stay as they were.
+            kept = {key: old_metadata[key] for key in CLIENT_METADATA_KEYS if key in old_metadata}
+            return self._replace_object_locked(resource, old, kept, old["spec"], request.status)
+        problems = validate_spec(resource, request.spec, old["spec"])
+        if problems:
+            raise errors.invalid(resource.kind, name, problems, resource.group)
+        # The main resource leaves the status alone (None keeps the old one).
+        return self._replace_object_locked(resource, old, request.client_metadata, request.spec)
 
     def delete(self, resource: ResourceType, namespace: str, name: str) -> StoredObject:
         with self._lock:
@@ -230,7 +277,7 @@ class ObjectStore(RenewalTraffic):
             old = self._objects[resource.plural].get((namespace, name))
             problems += validate_spec(resource, cleaned, old["spec"] if old else None)
             if problems:
-                raise errors.invalid(resource.kind, name, problems)
+                raise errors.invalid(resource.kind, name, problems, resource.group)
             client_metadata: dict[str, Any] = {}
             previous = old["metadata"] if old else {}
             for key, given in (

@@ -17,7 +17,7 @@ import orjson
 
 from fakes.kube import errors
 from fakes.kube.errors import ApiError
-from fakes.kube.resources import ResourceType, clean_spec
+from fakes.kube.resources import ResourceType, clean_spec, clean_status
 from fakes.kube.routes import ResourcePath, is_true, parse_int, parse_resource_version
 from fakes.kube.selectors import ObjectFilter, parse_filter
 from fakes.kube.storage import WatchEvent, watch_line
@@ -208,4 +208,7 @@ def _bookmark_line(
         "metadata": metadata,
         "spec": clean_spec(resource, {}, version),
     }
+    if resource.has_status:
+        # Go writes an empty Node's struct-typed status fields too (daemonEndpoints, nodeInfo).
+        obj["status"] = clean_status(resource, {}, version)
     return orjson.dumps({"type": "BOOKMARK", "object": obj}, option=orjson.OPT_APPEND_NEWLINE)

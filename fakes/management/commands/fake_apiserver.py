@@ -23,7 +23,7 @@ def _scenario(value: str) -> str:
 
 class Command(BaseCommand):
     help = (
-        "Serve a fake Kubernetes API server (Leases and LeaseCandidates) with a live scenario "
+        "Serve a fake Kubernetes API server (Leases, LeaseCandidates, Nodes) with a live scenario "
         "until Ctrl-C or SIGTERM. kubectl and client-go send no credentials to an http:// "
         "server, so use --token only with clients that do (the official Python client)."
     )
@@ -52,7 +52,7 @@ class Command(BaseCommand):
 
         def on_started() -> None:
             served = ", ".join(
-                ["coordination.k8s.io/v1 leases"]
+                ["v1 nodes", "coordination.k8s.io/v1 leases"]
                 + [f"{version} leasecandidates" for version in server.candidate_versions]
             )
             self._echo(
