@@ -97,6 +97,10 @@ class LeaseWatcher:
         self._events_since_status = 0
         self._status_at = time.monotonic()
         self.ingestor: LeaseIngestor | None = None
+        self._watches_opened = 0
+        # Why LeaseCandidates are missing ("forbidden", "not_served", ""), None before the
+        # first look: a change is logged once, not at every refresh.
+        self._candidates_problem: str | None = None
         # Worst event-to-commit delay seen by this watcher (the status row keeps the last).
         self.max_lag_seconds = 0.0
 
@@ -134,9 +138,6 @@ class LeaseWatcher:
                 if not resource_version:
                     resource_version = self._relist(api)
                 resource_version = self._stream_once(api, resource_version)
-                KubeCluster.objects.filter(pk=self.cluster_id).update(
-                    reconnects_total=F("reconnects_total") + 1
-                )
             except WatchExpired:
                 logger.info("cluster %s: resourceVersion expired, listing again", self.cluster_id)
                 resource_version = ""
@@ -208,6 +209,9 @@ class LeaseWatcher:
                     listed.add(identity.key)
             resource_version = page.resource_version
         gone = self.ingestor.reconcile(listed)
+        # The server answers again: the next break starts from the shortest delay, not from
+        # where an outage left the backoff.
+        self.backoff.reset()
         KubeCluster.objects.filter(pk=self.cluster_id).update(
             relists_total=F("relists_total") + 1, last_list_at=timezone.now()
         )
@@ -226,14 +230,28 @@ class LeaseWatcher:
         ingestor = self.ingestor
         stream = kube.open_lease_watch(api, resource_version, self.watch_timeout_seconds)  # type: ignore[arg-type]
         self._stream = stream
+        self._watches_opened += 1
+        # Every watch after the first is a reconnect: after the server's timeout, a dropped
+        # connection or an outage alike.
+        reconnected = self._watches_opened > 1
         KubeCluster.objects.filter(pk=self.cluster_id).update(
-            connected=True, connected_since=timezone.now()
+            connected=True,
+            connected_since=timezone.now(),
+            reconnects_total=F("reconnects_total") + int(reconnected),
+            # The watch works again: an old error would read as a current one. The log keeps it.
+            last_error="",
+            last_error_at=None,
         )
-        opened = time.monotonic()
+        delivered = False
         try:
             for line in stream.lines():
                 if self.stop.is_set():
                     break
+                if not delivered:
+                    # A stream that delivers is a server that works: a break after it waits
+                    # the shortest delay.
+                    delivered = True
+                    self.backoff.reset()
                 try:
                     event = orjson.loads(line)
                 except orjson.JSONDecodeError:
@@ -271,8 +289,6 @@ class LeaseWatcher:
         finally:
             self._stream = None
             stream.close()
-        if time.monotonic() - opened > 10:
-            self.backoff.reset()
         return resource_version
 
     def _malformed(self, line: bytes) -> None:
@@ -294,6 +310,7 @@ class LeaseWatcher:
                 # once, so rows wait for at most about two flushes.
                 wait = max(0.0, self.flush_interval - (time.monotonic() - flushed_at))
                 if self.stop.wait(wait):
+                    self._request_stop()  # a blocked read ends now, not at the next event
                     break
                 flushed_at = time.monotonic()
                 self._flush_and_report()
@@ -348,10 +365,13 @@ class LeaseWatcher:
         now = time.monotonic()
         self._events_since_status += result.events
         elapsed = now - self._status_at
-        updates: dict[str, object] = {
-            "last_flush_at": timezone.now(),
-            "events_total": F("events_total") + result.events,
-        }
+        updates: dict[str, object] = {"events_total": F("events_total") + result.events}
+        wrote = result.leases_written or result.deletions_written or result.transitions_written
+        if self._stream is not None or wrote:
+            # A flush vouches for the data only while a watch is open (or when it wrote what
+            # a list found): stamped while disconnected, or before any data, the page would
+            # call old data, or none, "0 s old".
+            updates["last_flush_at"] = timezone.now()
         if result.drained:
             updates["resource_version"] = committed_version[:64]
         if result.events:
@@ -371,21 +391,44 @@ class LeaseWatcher:
             close_old_connections()
 
     def _refresh_candidates(self) -> None:
+        problem = ""
         try:
             api_version, items = kube.list_lease_candidates(self._api)  # type: ignore[arg-type]
         except kube.KubeError as error:
-            logger.info("cluster %s: lease candidates unavailable: %s", self.cluster_id, error)
-            return
+            api_version, items = "", []
+            problem = "forbidden" if error.kind == "forbidden" else "error"
+            self._candidates_changed(problem, str(error))
+            if problem == "error":
+                return  # a passing failure: keep what was last read
+        else:
+            if not api_version:
+                problem = "not_served"
+            self._candidates_changed(problem, "")
         observations = [obs for obs in map(parse_candidate, items) if obs is not None]
         cleaned = sum(obs.cleaned for obs in observations)
         try:
             sync_candidates(self.cluster_id, observations)
             KubeCluster.objects.filter(pk=self.cluster_id).update(
                 candidates_api=api_version,
+                candidates_problem=problem,
                 skipped_objects_total=F("skipped_objects_total") + cleaned,
             )
         except DatabaseError:
             close_old_connections()
+
+    def _candidates_changed(self, problem: str, detail: str) -> None:
+        """Log why LeaseCandidates are missing once per change, not at every refresh."""
+        if problem == self._candidates_problem:
+            return
+        previous, self._candidates_problem = self._candidates_problem, problem
+        if problem == "forbidden":
+            logger.warning("cluster %s: lease candidates forbidden: %s", self.cluster_id, detail)
+        elif problem == "not_served":
+            logger.info("cluster %s: the API server serves no lease candidates", self.cluster_id)
+        elif problem == "error":
+            logger.info("cluster %s: lease candidates unavailable: %s", self.cluster_id, detail)
+        elif previous:
+            logger.info("cluster %s: lease candidates are read again", self.cluster_id)
 
     # --- shared ------------------------------------------------------------------------
     def _stopping(self) -> bool:

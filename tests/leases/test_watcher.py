@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import yaml
@@ -67,16 +68,15 @@ def register(server: FakeApiServer, name: str = "test") -> KubeCluster:
 
 
 class RunningWatcher:
-    def __init__(self, cluster: KubeCluster) -> None:
+    def __init__(self, cluster: KubeCluster, **options: Any) -> None:
         self.stop = threading.Event()
-        self.watcher = LeaseWatcher(
-            cluster.id,
-            owner="test-watcher",
-            stop=self.stop,
-            flush_interval=0.05,
-            candidates_interval=0.5,
-            backoff=Backoff(base=0.2, maximum=0.5, auth_base=0.5, auth_maximum=1.0),
-        )
+        settings: dict[str, Any] = {
+            "flush_interval": 0.05,
+            "candidates_interval": 0.5,
+            "backoff": Backoff(base=0.2, maximum=0.5, auth_base=0.5, auth_maximum=1.0),
+        }
+        settings.update(options)
+        self.watcher = LeaseWatcher(cluster.id, owner="test-watcher", stop=self.stop, **settings)
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -233,13 +233,16 @@ def test_unauthorized_is_reported_in_words_and_retried_with_backoff(
     cluster = register(apiserver)
     with RunningWatcher(cluster):
         eventually(lambda: "401 Unauthorized" in KubeCluster.objects.get(pk=cluster.pk).last_error)
+        error = KubeCluster.objects.get(pk=cluster.pk).last_error
         time.sleep(1.0)
         attempts = len(apiserver.requests)
         apiserver.set_auth_failure(None)
         eventually(lambda: KubeCluster.objects.get(pk=cluster.pk).connected)
     assert attempts <= 6, "the watcher must back off, not hammer the server"
-    error = KubeCluster.objects.get(pk=cluster.pk).last_error
     assert "invalid or expired" in error and TOKEN not in error
+    # Recovered: an old error on the status would read as a current one.
+    recovered = KubeCluster.objects.get(pk=cluster.pk)
+    assert (recovered.last_error, recovered.last_error_at) == ("", None)
 
 
 def test_forbidden_says_which_permission_is_missing(apiserver: FakeApiServer) -> None:
