@@ -36,6 +36,10 @@ class ClusterStatus:
     last_error_at: When | None
     candidates_api: str
     data_age: str
+    # False until a watcher has listed the cluster: no age to show, only "no data yet".
+    has_data: bool
+    # Where LeaseCandidates come from, or why there are none ("forbidden: …"), in words.
+    candidates: str
     problem: str
     # Works, but an engineer should know (TLS verification off); from the kubeconfig check.
     config_warning: str
@@ -53,7 +57,7 @@ def _cluster_problem(cluster: KubeCluster, stale: bool, now: datetime) -> str:
     if not stale:
         return ""
     error = cluster.last_error or "no error was recorded"
-    if cluster.last_flush_at is None:
+    if not has_data(cluster):
         return f"No data from cluster {cluster.name} yet — its watcher has not connected: {error}"
     age = format_duration((now - cluster.last_flush_at).total_seconds())
     if not cluster.connected:
@@ -64,6 +68,26 @@ def _cluster_problem(cluster: KubeCluster, stale: bool, now: datetime) -> str:
         f"Data from cluster {cluster.name} is {age} old — its watcher is connected but has "
         f"written nothing since: {error}"
     )
+
+
+def has_data(cluster: KubeCluster) -> bool:
+    """Has a watcher ever listed this cluster? Rows written before this rule stamped their
+    flush time with nothing to flush, so a flush time alone proves nothing."""
+    return cluster.last_flush_at is not None and cluster.last_list_at is not None
+
+
+def candidates_text(cluster: KubeCluster) -> str:
+    """Where LeaseCandidates come from, or why there are none, in words."""
+    if cluster.candidates_problem == "forbidden":
+        return (
+            "forbidden: the dashboard's credentials may not list leasecandidates; grant get, "
+            "list and watch on leasecandidates in coordination.k8s.io"
+        )
+    if cluster.candidates_api:
+        return cluster.candidates_api
+    if cluster.candidates_problem == "not_served":
+        return "not served by this API server"
+    return "not read yet"
 
 
 def cluster_status(cluster: KubeCluster, now: datetime) -> ClusterStatus:
@@ -77,7 +101,7 @@ def cluster_status(cluster: KubeCluster, now: datetime) -> ClusterStatus:
         stale=stale,
         connected_since=when(cluster.connected_since, now),
         last_event=when(cluster.last_event_at, now),
-        last_flush=when(cluster.last_flush_at, now),
+        last_flush=when(cluster.last_flush_at, now) if has_data(cluster) else None,
         last_list=when(cluster.last_list_at, now),
         resource_version=cluster.resource_version,
         events_per_second=f"{cluster.events_per_second:.1f}",
@@ -90,9 +114,11 @@ def cluster_status(cluster: KubeCluster, now: datetime) -> ClusterStatus:
         candidates_api=cluster.candidates_api,
         data_age=(
             format_duration((now - cluster.last_flush_at).total_seconds())
-            if cluster.last_flush_at
+            if has_data(cluster) and cluster.last_flush_at is not None
             else "no data yet"
         ),
+        has_data=has_data(cluster),
+        candidates=candidates_text(cluster),
         problem=_cluster_problem(cluster, stale, now),
         config_warning=cluster.config_warning,
         skipped_objects_total=cluster.skipped_objects_total,
