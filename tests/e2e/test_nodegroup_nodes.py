@@ -1,0 +1,58 @@
+"""In Chromium: the nodegroup page shows a node going NotReady without a reload.
+
+The Node row is updated in the database while the page is open, as the Node watch writes it
+(the watcher's own path, over the fake Kubernetes API, is tested with the watcher); the page's
+HTMX refresh brings the change in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from leases.models import ConditionStatus, KubeCluster
+from tests.alerts.factories import make_account, make_nks_cluster, make_nodegroup
+from tests.nks.nodes import make_node, set_ready, watched_cluster
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+INSTANCES = [f"3f1c2b7e-0000-4000-8000-00000000000{index}" for index in range(3)]
+
+
+def test_nodegroup_page_shows_a_node_going_notready_without_a_reload(
+    live_server: Any, page: Any, django_user_model: Any, settings: Any
+) -> None:
+    settings.PAGE_REFRESH_SECONDS = 1
+    cluster = make_nks_cluster(make_account(), "prod")
+    make_nodegroup(cluster, "pool-a", node_count=3, ready=3, not_ready=0)
+    kube = watched_cluster("prod")
+    nodes = [
+        make_node(kube, f"prod-pool-a-{index}", nodegroup="pool-a", instance=INSTANCES[index])
+        for index in range(3)
+    ]
+    django_user_model.objects.create_user("erin", password="engineer-pass-123")
+
+    page.goto(f"{live_server.url}/login/?next=/clusters/{cluster.uuid}/nodegroups/pool-a/")
+    page.fill("#id_username", "erin")
+    page.fill("#id_password", "engineer-pass-123")
+    page.click("button[type=submit]")
+    row = page.locator('#nodes tr[data-node="prod-pool-a-2"]')
+    expect(row).to_have_attribute("data-ready", "True")
+    expect(page.locator("#nodes [data-cross-check]")).to_have_attribute("data-agrees", "true")
+    page.evaluate("window.__still_the_same_page = true")
+
+    KubeCluster.objects.filter(pk=kube.pk).update(last_flush_at=timezone.now())
+    set_ready(nodes[2], ConditionStatus.FALSE, "KubeletNotReady", "container runtime is down")
+
+    expect(row).to_have_attribute("data-ready", "False", timeout=15_000)
+    expect(row).to_contain_text("NotReady")
+    expect(row).to_contain_text("KubeletNotReady")
+    expect(row).to_have_class("row-bad")
+    # NKS still counts it ready: the cross-check says so in words.
+    expect(page.locator("#nodes [data-cross-check]")).to_contain_text(
+        "NKS counts 3:0 ready:not ready in pool-a; the cluster's Nodes say 2:1."
+    )
+    assert page.evaluate("window.__still_the_same_page === true"), "the page was reloaded"
