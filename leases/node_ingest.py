@@ -1,0 +1,321 @@
+"""Turn a stream of Node objects into Node rows and Ready history, in batches.
+
+The guarantees are LeaseIngestor's (leases/ingest.py): events are coalesced per node in
+memory and written by `flush()` in bulk upserts, oldest first, in committed chunks; Ready
+changes are detected as each event arrives, against the newest state seen, so coalescing
+never hides one; a failed flush puts what was not committed back, so nothing is lost; and
+the in-memory state starts from the database, so a restarted watcher writes no duplicate
+history. The reader thread calls `observe*()`, another thread `flush()`.
+
+What differs is the cost model. A kubelet re-posts its status with only lastHeartbeatTime
+changed; none of that is stored. So each node's stored fields are kept as a digest of what
+the database holds, and a flush writes only the nodes whose digest changed: a heartbeat
+costs one parse per flush and no database write.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import DatabaseError, DataError, IntegrityError, transaction
+from django.utils import timezone
+
+from leases.models import ConditionStatus
+from leases.node_parse import (
+    NodeObservation,
+    ReadyCondition,
+    node_identity,
+    node_key,
+    parse_node,
+)
+from leases.node_rows import (
+    PendingReadyChange,
+    mark_nodes_deleted,
+    observation_digest,
+    stored_nodes,
+    upsert_nodes,
+    write_ready_changes,
+)
+
+logger = logging.getLogger(__name__)
+
+UPSERT_BATCH_SIZE = 1000
+FLUSH_MAX_NODES = 4000
+ROW_DATA_ERRORS = (DataError, IntegrityError, ValueError, OverflowError)
+
+
+@dataclass(slots=True)
+class NodeFlushResult:
+    events: int = 0
+    nodes_written: int = 0
+    deletions_written: int = 0
+    ready_changes_written: int = 0
+    # Worst delay from an event's arrival to its effect being committed, in seconds.
+    lag_seconds: float = 0.0
+    drained: bool = True  # nothing observed before this flush is still waiting
+    # Nodes whose stored fields had not changed (heartbeats): no row was written.
+    unchanged: int = 0
+    # Nodes stored without NULs or with values cut to fit, and nodes the database refused
+    # (their data, not the connection) that were skipped so the rest could be written.
+    objects_cleaned: int = 0
+    nodes_skipped: int = 0
+
+    @property
+    def skipped(self) -> int:
+        """Objects not stored as sent: KubeCluster.skipped_objects_total counts these."""
+        return self.objects_cleaned + self.nodes_skipped
+
+
+@dataclass(slots=True)
+class _Batch:
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # newest object per node
+    received: dict[str, float] = field(default_factory=dict)
+    deleted: dict[str, float] = field(default_factory=dict)
+    changes: list[PendingReadyChange] = field(default_factory=list)
+    events: int = 0
+
+    def is_empty(self) -> bool:
+        return not (self.nodes or self.deleted or self.changes)
+
+
+class NodeIngestor:
+    def __init__(self, cluster_id: int, *, chunk_size: int = UPSERT_BATCH_SIZE) -> None:
+        self.cluster_id = cluster_id
+        self.chunk_size = chunk_size
+        self._lock = threading.Lock()
+        self._batch = _Batch()
+        self._known: dict[str, ConditionStatus] = {}  # Ready as last seen, per present node
+        self._stored: dict[str, bytes] = {}  # digest of each live row, as committed
+        self._node_ids: dict[str, int] = {}
+        self.load_known()
+
+    def load_known(self) -> None:
+        """Start from what the database holds, so a restarted watcher compares correctly."""
+        stored = list(stored_nodes(self.cluster_id))
+        with self._lock:
+            self._known = {node.name: node.ready for node in stored}
+            self._stored = {node.name: node.digest for node in stored}
+            self._node_ids = {node.name: node.node_id for node in stored}
+
+    @property
+    def known_names(self) -> set[str]:
+        with self._lock:
+            return set(self._known)
+
+    def observe(self, obj: dict[str, Any], received: float | None = None) -> bool:
+        """An ADDED or MODIFIED Node; False when it is not a usable Node (no name)."""
+        identity = node_identity(obj)
+        if identity is None:
+            return False
+        received = time.monotonic() if received is None else received
+        name, ready = identity.name, identity.ready
+        with self._lock:
+            batch = self._batch
+            batch.events += 1
+            # A node seen for the first time (or again after its deletion) appears: "" -> X.
+            previous = self._known.get(name, ConditionStatus.MISSING)
+            if ready.status != previous:
+                batch.changes.append(_change(name, previous, ready))
+            self._known[name] = ready.status
+            batch.nodes[name] = obj
+            batch.received.setdefault(name, received)
+            batch.deleted.pop(name, None)
+        return True
+
+    def observe_deleted(self, name: str, received: float | None = None) -> None:
+        """A DELETED Node, by its name (node_name_of(obj)); a raw name is keyed the same."""
+        name = node_key(name)
+        received = time.monotonic() if received is None else received
+        with self._lock:
+            self._batch.events += 1
+            self._known.pop(name, None)
+            self._batch.nodes.pop(name, None)
+            self._batch.received.pop(name, None)
+            self._batch.deleted.setdefault(name, received)
+
+    def reconcile(self, listed_names: set[str]) -> int:
+        """After a (re)list: nodes we know of that the list no longer has were deleted."""
+        gone = self.known_names - listed_names
+        for name in gone:
+            self.observe_deleted(name)
+        return len(gone)
+
+    def count_event(self) -> None:
+        """An event that changed no row (a bookmark) still shows the stream is alive."""
+        with self._lock:
+            self._batch.events += 1
+
+    def flush(self) -> NodeFlushResult:
+        """Write what was observed since the last flush, oldest first, in committed chunks;
+        each chunk commits its nodes with their Ready history."""
+        with self._lock:
+            batch = self._take_oldest(FLUSH_MAX_NODES)
+            drained = self._batch.is_empty()
+        result = NodeFlushResult(events=batch.events, drained=drained)
+        if batch.is_empty():
+            return result
+        pending: dict[str, list[PendingReadyChange]] = {}
+        for change in batch.changes:
+            pending.setdefault(change.name, []).append(change)
+        items = list(batch.nodes.items())
+        written = 0
+        try:
+            for start in range(0, len(items), self.chunk_size):
+                chunk = items[start : start + self.chunk_size]
+                try:
+                    self._write_chunk(chunk, pending, result)
+                except ROW_DATA_ERRORS:
+                    # The database refused a value, not the connection: write one by one
+                    # and skip only the nodes that fail alone.
+                    for index, item in enumerate(chunk):
+                        self._write_alone(item, pending, result)
+                        written = start + index + 1
+                written = start + len(chunk)
+                oldest = min(batch.received[name] for name, _ in chunk)
+                result.lag_seconds = max(result.lag_seconds, time.monotonic() - oldest)
+            with transaction.atomic():
+                # History of nodes deleted later in the same batch, then the deletions.
+                leftover = [change for group in pending.values() for change in group]
+                result.ready_changes_written += self._write_changes(leftover, {})
+                result.deletions_written = mark_nodes_deleted(
+                    self.cluster_id, batch.deleted, timezone.now()
+                )
+            with self._lock:
+                for name in batch.deleted:
+                    self._stored.pop(name, None)
+            pending.clear()
+        except DatabaseError:
+            self._requeue(_remainder(batch, written, pending))
+            raise
+        if batch.deleted:
+            oldest_deletion = min(batch.deleted.values())
+            result.lag_seconds = max(result.lag_seconds, time.monotonic() - oldest_deletion)
+        return result
+
+    def _write_chunk(
+        self,
+        chunk: list[tuple[str, dict[str, Any]]],
+        pending: dict[str, list[PendingReadyChange]],
+        result: NodeFlushResult,
+    ) -> None:
+        """Commit the changed nodes of a chunk with their Ready history; nothing is counted
+        or remembered unless it commits."""
+        now = timezone.now()
+        with self._lock:
+            stored = {name: self._stored.get(name) for name, _ in chunk}
+        changed: list[NodeObservation] = []
+        digests: dict[str, bytes] = {}
+        unchanged = cleaned = 0
+        for name, obj in chunk:
+            observation = parse_node(obj)
+            if observation is None:
+                continue
+            fingerprint = observation_digest(observation)
+            if fingerprint == stored[name]:
+                unchanged += 1  # a heartbeat: nothing the dashboard keeps has changed
+                continue
+            changed.append(observation)
+            digests[observation.name] = fingerprint
+            cleaned += observation.cleaned or observation.cut > 0
+        with transaction.atomic():
+            ids = upsert_nodes(self.cluster_id, changed, now)
+            changes = [change for name, _ in chunk for change in pending.get(name, ())]
+            changes_written = self._write_changes(changes, ids)
+        with self._lock:
+            self._node_ids.update(ids)
+            self._stored.update(digests)
+        for name, _ in chunk:
+            pending.pop(name, None)
+        result.nodes_written += len(changed)
+        result.unchanged += unchanged
+        result.ready_changes_written += changes_written
+        result.objects_cleaned += cleaned
+
+    def _write_alone(
+        self,
+        item: tuple[str, dict[str, Any]],
+        pending: dict[str, list[PendingReadyChange]],
+        result: NodeFlushResult,
+    ) -> None:
+        try:
+            self._write_chunk([item], pending, result)
+        except ROW_DATA_ERRORS as exc:
+            pending.pop(item[0], None)
+            result.nodes_skipped += 1
+            # The node's name only: its values are the cluster's data, maybe large.
+            logger.warning(
+                "cluster %s: skipped node %s, which the database refused (%s)",
+                self.cluster_id,
+                item[0],
+                type(exc).__name__,
+            )
+
+    def _take_oldest(self, limit: int) -> _Batch:
+        """Hand over the longest-waiting nodes (at most `limit`), with their history."""
+        current = self._batch
+        if len(current.nodes) <= limit:
+            self._batch = _Batch()
+            return current
+        taken = _Batch(events=current.events, deleted=current.deleted)
+        for name in list(itertools.islice(current.nodes, limit)):
+            taken.nodes[name] = current.nodes.pop(name)
+            taken.received[name] = current.received.pop(name)
+        keep: list[PendingReadyChange] = []
+        for change in current.changes:
+            if change.name in taken.nodes or change.name in taken.deleted:
+                taken.changes.append(change)
+            else:
+                keep.append(change)
+        current.changes, current.deleted, current.events = keep, {}, 0
+        return taken
+
+    def _write_changes(self, changes: list[PendingReadyChange], ids: dict[str, int]) -> int:
+        if not changes:
+            return 0
+        with self._lock:
+            known_ids = {**self._node_ids, **ids}
+        return write_ready_changes(changes, known_ids)
+
+    def _requeue(self, failed: _Batch) -> None:
+        """Put a batch that could not be written back in front of newer observations."""
+        with self._lock:
+            current = self._batch
+            for name, obj in failed.nodes.items():
+                if name not in current.nodes and name not in current.deleted:
+                    current.nodes[name] = obj
+                    current.received[name] = failed.received[name]
+                elif name in current.received:
+                    current.received[name] = min(current.received[name], failed.received[name])
+            for name, received in failed.deleted.items():
+                if name not in current.nodes:
+                    current.deleted.setdefault(name, received)
+            current.changes[:0] = failed.changes
+            current.events += failed.events
+
+
+def _change(name: str, previous: ConditionStatus, ready: ReadyCondition) -> PendingReadyChange:
+    return PendingReadyChange(
+        name=name,
+        from_status=previous.value,
+        to_status=ready.status.value,
+        reason=ready.reason,
+        message=ready.message,
+        transitioned_at=ready.last_transition_time,
+        observed_at=timezone.now(),
+    )
+
+
+def _remainder(batch: _Batch, written: int, pending: dict[str, list[PendingReadyChange]]) -> _Batch:
+    """What of a batch was not committed when a chunk failed."""
+    remainder = _Batch(events=batch.events)
+    for name, obj in list(batch.nodes.items())[written:]:
+        remainder.nodes[name] = obj
+        remainder.received[name] = batch.received[name]
+    remainder.deleted = dict(batch.deleted)
+    remainder.changes = [change for group in pending.values() for change in group]
+    return remainder
