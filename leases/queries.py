@@ -7,25 +7,29 @@ all its rows by one clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Count, F, OrderBy, Q
+from django.db import connection
+from django.db.models import BooleanField, Count, F, OrderBy, Q
+from django.db.models.expressions import RawSQL
 
 from dashboard.flapping import FlapPolicy
 from leases.cursors import (
     DEFAULT_SORT,
     SORT_KEYS,
     Cursor,
-    SortColumn,
     SortKey,
     encode_cursor,
+    keyset_sql,
+    order_sql,
 )
-from leases.flapping import flapping_lease_ids
-from leases.models import Lease, LeaseClass, LeaseQuerySet
+from leases.flapping import flapping_lease_ids, recent_changes_sql
+from leases.models import Lease, LeaseClass, LeaseQuerySet, LeaseState
 
 # Held leases that expire within this are "expiring soon" on the overview.
 EXPIRING_SOON = timedelta(seconds=10)
@@ -58,57 +62,6 @@ def _reverse_order_by(sort: SortKey, descending: bool) -> list[OrderBy]:
         else:
             order.append(expression.asc() if descending else expression.desc())
     return order
-
-
-def _comes_after(column: SortColumn, value: Any, descending: bool) -> Q | None:
-    """Rows whose value in this column sorts after `value` (NULLs last)."""
-    if value is None:
-        return None
-    lookup = "lt" if descending else "gt"
-    condition = Q(**{f"{column.field}__{lookup}": value})
-    if column.nullable:
-        condition |= Q(**{f"{column.field}__isnull": True})
-    return condition
-
-
-def _comes_before(column: SortColumn, value: Any, descending: bool) -> Q | None:
-    if value is None:
-        return Q(**{f"{column.field}__isnull": False})
-    lookup = "gt" if descending else "lt"
-    return Q(**{f"{column.field}__{lookup}": value})
-
-
-def _equals(column: SortColumn, value: Any) -> Q:
-    if value is None:
-        return Q(**{f"{column.field}__isnull": True})
-    return Q(**{column.field: value})
-
-
-def keyset_condition(sort: SortKey, descending: bool, cursor: Cursor) -> Q:
-    """Rows strictly after (or before) the cursor in the sort order, as one condition.
-
-    Lexicographic: beyond in the first column, or equal there and beyond in the second...
-    """
-    compare = _comes_after if cursor.direction == "after" else _comes_before
-    alternatives: list[Q] = []
-    equal_so_far = Q()
-    for column, value in zip(sort.all_columns, cursor.values, strict=True):
-        beyond = compare(column, value, descending)
-        if beyond is not None:
-            alternatives.append(equal_so_far & beyond)
-        equal_so_far &= _equals(column, value)
-    if not alternatives:
-        return Q(pk__in=[])
-    condition = alternatives[0]
-    for alternative in alternatives[1:]:
-        condition |= alternative
-    # A range on the leading column lets the index start at the cursor instead of filtering
-    # every row before it.
-    first, first_value = sort.all_columns[0], cursor.values[0]
-    if first_value is not None and not first.nullable:
-        forward = (cursor.direction == "after") != descending
-        condition &= Q(**{f"{first.field}__{'gte' if forward else 'lte'}": first_value})
-    return condition
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,42 +121,135 @@ class LeaseFilters:
         )
 
 
+@cache
+def lease_column(field: str) -> str:
+    """A Lease field's column, quoted and named with its table: the SQL below is used alone
+    (the Leases table) and inside ORM queries (`filter_leases`, `keyset_page`) alike."""
+    table = connection.ops.quote_name(Lease._meta.db_table)
+    return f"{table}.{connection.ops.quote_name(Lease._meta.get_field(field).column)}"
+
+
+def _state_sql(state: str, now: Any) -> tuple[str, list[Any]] | None:
+    """`LeaseQuerySet.in_state` as SQL: expiry is a matter of the clock (`lease_state`)."""
+    holder, expires_at = lease_column("holder"), lease_column("expires_at")
+    if state == LeaseState.RELEASED:
+        return f"{holder} = ''", []
+    if state == LeaseState.EXPIRED:
+        return f"{holder} <> '' AND {expires_at} <= %s", [now]
+    if state == LeaseState.HELD:
+        return f"{holder} <> '' AND ({expires_at} > %s OR {expires_at} IS NULL)", [now]
+    return None
+
+
+def _contains_sql(field: str) -> str:
+    # Django's own icontains: UPPER(...::text) LIKE UPPER(%s) on PostgreSQL, LIKE on SQLite.
+    internal_type = Lease._meta.get_field(field).get_internal_type()
+    column = connection.ops.lookup_cast("icontains", internal_type) % lease_column(field)
+    return f"{column} {connection.operators['icontains'] % '%s'}"
+
+
+def filter_sql(
+    filters: LeaseFilters,
+    now: datetime,
+    cluster_ids: Mapping[str, int],
+    policy: FlapPolicy | None = None,
+) -> tuple[list[str], list[Any]] | None:
+    """The filters as SQL conditions (to be ANDed) and their parameters; None: no lease can
+    match (an unknown cluster or state). `cluster_ids` maps names to ids; `policy` says what
+    flapping is (default: the one in force, `flap_policy()`)."""
+    conditions: list[str] = []
+    params: list[Any] = []
+    moment = connection.ops.adapt_datetimefield_value(now)
+    if not filters.include_deleted:
+        conditions.append(f"{lease_column('deleted_at')} IS NULL")
+    if filters.cluster:
+        cluster_id = cluster_ids.get(filters.cluster)
+        if cluster_id is None:
+            return None
+        # By id, not by a join on the name: the (cluster, namespace, name) index then
+        # serves both the filter and the default order.
+        conditions.append(f"{lease_column('cluster_id')} = %s")
+        params.append(cluster_id)
+    if filters.namespace:
+        conditions.append(f"{lease_column('namespace')} = %s")
+        params.append(filters.namespace)
+    if filters.lease_class:
+        conditions.append(f"{lease_column('lease_class')} = %s")
+        params.append(filters.lease_class)
+    if filters.state:
+        state = _state_sql(filters.state, moment)
+        if state is None:
+            return None
+        conditions.append(state[0])
+        params += state[1]
+    if filters.q:
+        pattern = f"%{connection.ops.prep_for_like_query(filters.q)}%"
+        conditions.append(f"({_contains_sql('name')} OR {_contains_sql('holder')})")
+        params += [pattern, pattern]
+    if filters.flapping:
+        # Rare and never polled by many: the ORM's subquery keeps one definition of flapping.
+        flapping, flapping_params = flapping_lease_ids(now, policy).query.sql_with_params()
+        conditions.append(f"{lease_column('id')} IN ({flapping})")
+        params += flapping_params
+    return conditions, params
+
+
 def filter_leases(
     filters: LeaseFilters,
     now: datetime,
     cluster_ids: Mapping[str, int],
     policy: FlapPolicy | None = None,
 ) -> LeaseQuerySet:
-    """The leases matching the filters, unordered. `cluster_ids` maps names to ids;
-    `policy` says what flapping is (default: the one in force, `flap_policy()`)."""
+    """The leases matching the filters, unordered, as a QuerySet (see `filter_sql`)."""
     leases: LeaseQuerySet = Lease.objects.all()
-    if not filters.include_deleted:
-        leases = leases.live()
-    if filters.cluster:
-        cluster_id = cluster_ids.get(filters.cluster)
-        if cluster_id is None:
-            return leases.none()
-        # By id, not by a join on the name: the (cluster, namespace, name) index then
-        # serves both the filter and the default order.
-        leases = leases.filter(cluster_id=cluster_id)
-    if filters.namespace:
-        leases = leases.filter(namespace=filters.namespace)
-    if filters.lease_class:
-        leases = leases.filter(lease_class=filters.lease_class)
-    if filters.state:
-        leases = leases.in_state(filters.state, now)
-    if filters.q:
-        leases = leases.filter(Q(name__icontains=filters.q) | Q(holder__icontains=filters.q))
-    if filters.flapping:
-        leases = leases.filter(pk__in=flapping_lease_ids(now, policy))
-    return leases
+    where = filter_sql(filters, now, cluster_ids, policy)
+    if where is None:
+        return leases.none()
+    conditions, params = where
+    if not conditions:
+        return leases
+    return leases.filter(_condition(" AND ".join(conditions), params))
+
+
+def _condition(sql: str, params: Sequence[Any]) -> RawSQL:
+    # Built from column names and placeholders only: every value is a parameter.
+    return RawSQL(  # noqa: S611
+        f"({sql})", tuple(params), output_field=BooleanField()
+    )
 
 
 @dataclass(slots=True)
 class KeysetPage:
-    rows: list[dict[str, Any]]
+    rows: list[Any]
     next_cursor: str | None
     previous_cursor: str | None
+
+
+def _adapted(cursor: Cursor) -> Cursor:
+    # Times as the database compares them (SQLite stores naive UTC text).
+    values = tuple(
+        connection.ops.adapt_datetimefield_value(value) if isinstance(value, datetime) else value
+        for value in cursor.values
+    )
+    return Cursor(cursor.direction, values)
+
+
+def _page(
+    rows: list[Any], cursor: Cursor | None, limit: int, cursor_of: Callable[[Any], str]
+) -> KeysetPage:
+    """A page from `limit + 1` rows fetched in the page's order (backwards before a cursor)."""
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if cursor is not None and cursor.direction == "before":
+        rows.reverse()
+        has_previous, has_more = more, True
+    else:
+        has_previous, has_more = cursor is not None, more
+    return KeysetPage(
+        rows=rows,
+        next_cursor=cursor_of(rows[-1]) if rows and has_more else None,
+        previous_cursor=cursor_of(rows[0]) if rows and has_previous else None,
+    )
 
 
 def keyset_page(
@@ -217,32 +263,95 @@ def keyset_page(
     sort, descending = filters.sort_key, filters.descending
     columns = [column.field for column in sort.all_columns]
     wanted = list(dict.fromkeys([*fields, *columns, "id"]))
-    if cursor is None:
-        rows = list(leases.order_by(*_order_by(sort, descending)).values(*wanted)[: limit + 1])
-        has_more, has_previous = len(rows) > limit, False
-        rows = rows[:limit]
-    elif cursor.direction == "after":
-        page = leases.filter(keyset_condition(sort, descending, cursor))
-        rows = list(page.order_by(*_order_by(sort, descending)).values(*wanted)[: limit + 1])
-        has_more, has_previous = len(rows) > limit, True
-        rows = rows[:limit]
-    else:
-        page = leases.filter(keyset_condition(sort, descending, cursor))
-        rows = list(
-            page.order_by(*_reverse_order_by(sort, descending)).values(*wanted)[: limit + 1]
-        )
-        has_previous, has_more = len(rows) > limit, True
-        rows = rows[:limit]
-        rows.reverse()
+    backwards = cursor is not None and cursor.direction == "before"
+    if cursor is not None:
+        sql, params = keyset_sql(sort, descending, _adapted(cursor), lease_column)
+        leases = leases.filter(_condition(sql, params))
+    order = _reverse_order_by(sort, descending) if backwards else _order_by(sort, descending)
+    rows = list(leases.order_by(*order).values(*wanted)[: limit + 1])
 
     def cursor_of(row: dict[str, Any]) -> str:
         return encode_cursor([row[name] for name in columns], row["id"])
 
-    return KeysetPage(
-        rows=rows,
-        next_cursor=cursor_of(rows[-1]) if rows and has_more else None,
-        previous_cursor=cursor_of(rows[0]) if rows and has_previous else None,
+    return _page(rows, cursor, limit, cursor_of)
+
+
+# What a row of the Leases table holds, in this order, followed by its recent holder changes.
+TABLE_COLUMNS = (
+    "id",
+    "cluster_id",
+    "namespace",
+    "name",
+    "lease_class",
+    "holder",
+    "renew_time",
+    "expires_at",
+    "lease_transitions",
+    "deleted_at",
+)
+
+
+def table_page(
+    filters: LeaseFilters,
+    now: datetime,
+    cluster_ids: Mapping[str, int],
+    policy: FlapPolicy,
+    cursor: Cursor | None,
+    limit: int,
+) -> KeysetPage:
+    """One page of the Leases table as TABLE_COLUMNS tuples plus holder changes in the
+    policy's window, in one statement.
+
+    Polled every few seconds by every open browser: one SQL statement with no model
+    instances and no ORM compilation, from the same conditions as `filter_leases`.
+    """
+    where = filter_sql(filters, now, cluster_ids, policy)
+    if where is None:
+        return KeysetPage([], None, None)
+    conditions, params = where
+    sort, descending = filters.sort_key, filters.descending
+    if cursor is not None:
+        sql, cursor_params = keyset_sql(sort, descending, _adapted(cursor), lease_column)
+        conditions.append(f"({sql})")
+        params += cursor_params
+    changes, changes_params = recent_changes_sql(lease_column("id"), now, policy)
+    backwards = cursor is not None and cursor.direction == "before"
+    selected = ", ".join(lease_column(name) for name in TABLE_COLUMNS)
+    table = connection.ops.quote_name(Lease._meta.db_table)
+    where_sql = " AND ".join(conditions) or "1 = 1"
+    order = order_sql(sort, descending, backwards, lease_column)
+    # Column names and placeholders only: every value is a parameter.
+    statement = (
+        f"SELECT {selected}, ({changes}) FROM {table} WHERE {where_sql} ORDER BY {order} LIMIT %s"  # noqa: S608
     )
+    with connection.cursor() as db:
+        db.execute(statement, [*changes_params, *params, limit + 1])
+        rows = _converted(db.fetchall())
+    positions = [TABLE_COLUMNS.index(column.field) for column in sort.all_columns]
+
+    def cursor_of(row: tuple[Any, ...]) -> str:
+        return encode_cursor([row[index] for index in positions], row[0])
+
+    return _page(rows, cursor, limit, cursor_of)
+
+
+def _converted(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Rows with each value as the ORM would return it (SQLite's times come back naive)."""
+    converters = []
+    for index, name in enumerate(TABLE_COLUMNS):
+        field = Lease._meta.get_field(name)
+        column = field.get_col(Lease._meta.db_table)
+        found = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        converters += [(index, converter, column) for converter in found]
+    if not converters:
+        return rows  # PostgreSQL: psycopg already returns aware datetimes
+    converted = []
+    for row in rows:
+        values = list(row)
+        for index, converter, column in converters:
+            values[index] = converter(values[index], column, connection)
+        converted.append(tuple(values))
+    return converted
 
 
 def expired_condition(now: datetime) -> Q:
