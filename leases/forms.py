@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from django import forms
 from django.core.validators import MaxLengthValidator
+from django.http import QueryDict
 from django.utils.choices import CallableChoiceIterator
 
 from leases.cursors import (
@@ -92,3 +94,27 @@ class LeaseFilterForm(forms.Form):
     def cursor(self) -> Cursor | None:
         data = self.cleaned_data if hasattr(self, "cleaned_data") else {}
         return data.get("cursor")
+
+
+def read_filters(query: QueryDict) -> tuple[LeaseFilters, Cursor | None]:
+    """What `LeaseFilterForm` makes of a Leases URL: its valid filters and page cursor.
+
+    A region refresh asks the same question every few seconds, and the form's answer depends
+    on the URL alone, so each process keeps the answers to the last few hundred URLs. A
+    cursor that names a row ("i.<id>") reads that row's current values: never kept.
+    """
+    token = query.get("after") or query.get("before") or ""
+    if token.startswith("i."):
+        return _read_filters(query)
+    return _read_filters_kept(query.urlencode())
+
+
+def _read_filters(query: QueryDict) -> tuple[LeaseFilters, Cursor | None]:
+    form = LeaseFilterForm(query)
+    form.is_valid()  # invalid parameters are left out; the valid ones still apply
+    return form.filters(), form.cursor()
+
+
+@lru_cache(maxsize=512)
+def _read_filters_kept(query: str) -> tuple[LeaseFilters, Cursor | None]:
+    return _read_filters(QueryDict(query))

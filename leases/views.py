@@ -2,39 +2,43 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 
 from dashboard.htmx import render_page, shared_partial
-from leases.forms import LeaseFilterForm
+from leases.forms import LeaseFilterForm, read_filters
 from leases.presenters.lease_detail import lease_detail
 from leases.presenters.lease_table import lease_table
 from leases.presenters.watchers import cluster_statuses
 from leases.queries import namespaces
 
+# The Leases table's region: what its refreshes and its sort and page links ask for.
+TABLE_REGION = "lease-table"
+
 
 def lease_list(request: HttpRequest) -> HttpResponse:
     return shared_partial(
-        request, "lease-table", settings.LEASE_TABLE_CACHE_SECONDS, lambda: _lease_list(request)
+        request, TABLE_REGION, settings.LEASE_TABLE_CACHE_SECONDS, lambda: _lease_list(request)
     )
 
 
 def _lease_list(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
-    form = LeaseFilterForm(request.GET)
-    form.is_valid()  # invalid parameters are shown as errors; the valid ones still apply
-    filters = form.filters()
-    table = lease_table(filters, now, cursor=form.cursor())
-    context = {
-        "form": form,
+    filters, cursor = read_filters(request.GET)
+    table = lease_table(filters, now, cursor=cursor)
+    context: dict[str, Any] = {
         "filters": filters,
         "table": table,
         "flap_rule": f"{table.flap_changes} or more holder changes in {table.flap_window}",
     }
-    if not request.htmx:
-        # Only the full page has the filter form that suggests namespaces.
-        context["namespaces"] = namespaces()
+    if not (request.htmx and request.htmx.target == TABLE_REGION):
+        # Only the full page has the filter bar: its widgets, errors and namespace suggestions.
+        form = LeaseFilterForm(request.GET)
+        form.is_valid()  # invalid parameters are shown as errors; the valid ones still apply
+        context.update(form=form, namespaces=namespaces())
     return render_page(request, "leases/lease_list.html", context)
 
 
