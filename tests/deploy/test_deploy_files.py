@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from typing import Any
 
@@ -77,15 +78,31 @@ def test_kustomization_lists_every_manifest_but_the_secret_example() -> None:
     assert set(kustomization["resources"]) == on_disk
 
 
-def test_cluster_role_only_reads_leases_and_candidates() -> None:
+READ_ONLY_RULES = [
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases", "leasecandidates"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+]
+
+
+def test_cluster_role_only_reads_leases_candidates_and_nodes() -> None:
     (role,) = _by_kind("ClusterRole")
-    assert role["rules"] == [
-        {
-            "apiGroups": ["coordination.k8s.io"],
-            "resources": ["leases", "leasecandidates"],
-            "verbs": ["get", "list", "watch"],
-        }
+    assert role["rules"] == READ_ONLY_RULES
+
+
+def test_readme_grants_what_the_deployed_cluster_role_grants() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", readme, flags=re.DOTALL)
+    roles = [
+        document
+        for block in blocks
+        for document in yaml.safe_load_all(block)
+        if isinstance(document, dict) and document.get("kind") == "ClusterRole"
     ]
+    assert [role["rules"] for role in roles] == [READ_ONLY_RULES]
 
 
 def test_web_runs_two_replicas_with_health_and_readiness_probes() -> None:
