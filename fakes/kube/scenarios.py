@@ -16,10 +16,11 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fakes.kube.demo_nodes import DemoNode, SilenceCycle, nks_demo_nodes, run_node_fleet
 from fakes.kube.resources import OLDEST_EMULATION_VERSION
 from fakes.kube.store import ObjectStore
 
@@ -227,7 +228,11 @@ class DemoScenario(Scenario):
       that one dies too, and so on.
     - kube-node-lease: 50 workers `demo-worker-0..49` (40 s, every 10 s, phases spread);
       `demo-worker-7` goes silent after a minute for four minutes, so its lease expires,
-      then recovers for five minutes, and repeats.
+      then recovers for five minutes, and repeats. These are leases without Node objects.
+    - With `fleet` (what `make_scenario("demo")` passes: the fake NKS's staging-web
+      workers, see demo_nodes) the workers are real Nodes instead, each with its heartbeat
+      Lease: one NotReady with an expired heartbeat, one that goes silent on the same
+      timings and comes back Ready.
     """
 
     name = "demo"
@@ -235,9 +240,16 @@ class DemoScenario(Scenario):
     SILENT_NODE = "demo-worker-7"
     CLUSTER_VERSION = "1.33.4"
 
-    def __init__(self, *, seed: int | None = None, timings: DemoTimings | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        seed: int | None = None,
+        timings: DemoTimings | None = None,
+        fleet: Sequence[DemoNode] | None = None,
+    ) -> None:
         super().__init__()
         self.timings = timings or DemoTimings()
+        self.fleet = fleet
         # Scenario randomness is for plausible-looking data, never for security.
         self.random = random.Random(seed)  # noqa: S311
 
@@ -421,6 +433,12 @@ class DemoScenario(Scenario):
 
     def _nodes(self, now: float) -> None:
         timings = self.timings
+        if self.fleet is not None:
+            cycle = SilenceCycle(
+                now + timings.node_silent_after, timings.node_silent_for, timings.node_healthy_for
+            )
+            run_node_fleet(self, self.fleet, now, cycle)
+            return
         silence_starts = now + timings.node_silent_after
         cycle = timings.node_silent_for + timings.node_healthy_for
         for index in range(self.NODE_COUNT):
@@ -453,9 +471,9 @@ class DemoScenario(Scenario):
 
 
 def make_scenario(spec: str) -> Scenario:
-    """`demo`, `empty` or `nodes:N`."""
+    """`demo` (its workers are the fake NKS staging-web's Nodes), `empty` or `nodes:N`."""
     if spec == "demo":
-        return DemoScenario()
+        return DemoScenario(fleet=nks_demo_nodes())
     if spec == "empty":
         return EmptyScenario()
     kind, _, count = spec.partition(":")

@@ -6,16 +6,29 @@ from __future__ import annotations
 
 import http.client
 from collections.abc import Callable
+from datetime import datetime
+from io import StringIO
 from typing import Any
 
 import orjson
 import pytest
+from django.core.management import call_command
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from fakes.kube import FakeApiServer
+from fakes.kube import DemoScenario, FakeApiServer, ScenarioRunner, make_scenario
+from fakes.kube.demo_nodes import DEMO_NKS_CLUSTER
 from fakes.kube.node_scenarios import NODE_LEASE_NAMESPACE, add_node, remove_node
 from fakes.kube.store import ObjectStore
+from fakes.nks.scenarios import (
+    DEFAULT_PASSWORD,
+    DEFAULT_TENANT_ID,
+    DEFAULT_USERNAME,
+    build_scenario,
+)
+from fakes.nks.state import FakeNksState
+from leases.models import KubeCluster
+from nks.services import kube_name
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 NODES_PATH = "/api/v1/nodes"
@@ -533,3 +546,103 @@ def test_add_node_brings_its_owned_heartbeat_lease_and_remove_takes_both() -> No
     assert store.get_node("worker-0") is None
     assert store.get_lease(NODE_LEASE_NAMESPACE, "worker-0") is None
     assert remove_node(store, "worker-0") is False
+
+
+# --- the demo cluster --------------------------------------------------------------------
+
+
+def _nks_staging_web() -> Any:
+    state = FakeNksState(
+        tenant_id=DEFAULT_TENANT_ID, username=DEFAULT_USERNAME, password=DEFAULT_PASSWORD
+    )
+    build_scenario(state, "demo")
+    return next(c for c in state.clusters.values() if c.name == DEMO_NKS_CLUSTER)
+
+
+def _ready_of(store: ObjectStore) -> dict[str, str]:
+    return {
+        node["metadata"]["name"]: _conditions(node)["Ready"]["status"]
+        for node in store.list_nodes()
+    }
+
+
+def test_the_demo_serves_the_fake_nks_clusters_nodes_with_their_heartbeat_leases() -> None:
+    store = ObjectStore()
+    ScenarioRunner(store, make_scenario("demo"), start_time=T0).advance(0)
+    cluster = _nks_staging_web()
+
+    nodes = {node["metadata"]["name"]: node for node in store.list_nodes()}
+    expected = {
+        node.name: (group.name, group.role, f"openstack:///{node.uuid}", node.address)
+        for group in cluster.nodegroups
+        for node in group.nodes
+    }
+    assert {
+        name: (
+            node["metadata"]["labels"]["magnum.openstack.org/nodegroup"],
+            node["metadata"]["labels"]["magnum.openstack.org/role"],
+            node["spec"]["providerID"],
+            node["status"]["addresses"][0]["address"],
+        )
+        for name, node in nodes.items()
+    } == expected
+    leases = {lease["metadata"]["name"]: lease for lease in store.list_leases(NODE_LEASE_NAMESPACE)}
+    assert set(leases) == set(nodes)
+    for name, lease in leases.items():
+        assert lease["metadata"]["ownerReferences"][0]["uid"] == nodes[name]["metadata"]["uid"]
+        assert nodes[name]["metadata"]["labels"]["kubernetes.io/hostname"] == name
+
+
+def test_the_demo_node_nks_calls_not_ready_is_unknown_with_an_expired_heartbeat() -> None:
+    store = ObjectStore()
+    ScenarioRunner(store, make_scenario("demo"), start_time=T0).advance(0)
+    not_ready = [n.name for g in _nks_staging_web().nodegroups for n in g.nodes if not n.ready]
+
+    ready = _ready_of(store)
+
+    assert [name for name, status in ready.items() if status != "True"] == not_ready
+    lease = store.get_lease(NODE_LEASE_NAMESPACE, not_ready[0]) or {}
+    renewed = datetime.fromisoformat(lease["spec"]["renewTime"]).timestamp()
+    assert T0 - renewed > lease["spec"]["leaseDurationSeconds"]
+    node = store.get_node(not_ready[0]) or {}
+    assert {t["key"] for t in node["spec"]["taints"]} == {"node.kubernetes.io/unreachable"}
+
+
+def test_a_demo_worker_goes_unknown_while_silent_and_comes_back_ready() -> None:
+    store = ObjectStore()
+    runner = ScenarioRunner(store, make_scenario("demo"), start_time=T0)
+    runner.advance(0)
+    before = _ready_of(store)
+    before_versions = store.resource_version
+
+    runner.advance(90)  # silent since 60 s: not yet 40 s without a heartbeat
+    assert _ready_of(store) == before
+    assert store.resource_version > before_versions  # heartbeats and status posts go on
+    runner.advance(20)  # 110 s: the node controller has marked it Unknown
+    during = _ready_of(store)
+    [silent] = [name for name in during if during[name] != before[name]]
+    assert during[silent] == "Unknown"
+    runner.advance(200)  # 310 s: four minutes of silence are over, the kubelet is back
+    after = _ready_of(store)
+    assert after == before
+    ready = _conditions(store.get_node(silent) or {})["Ready"]
+    assert ready["lastTransitionTime"] >= "2027-01-15T08:05:00Z"
+
+
+def test_the_legacy_demo_keeps_its_lease_only_workers() -> None:
+    store = ObjectStore()
+    ScenarioRunner(store, DemoScenario(seed=7), start_time=T0).advance(0)
+
+    assert store.list_nodes() == []
+    assert len(store.list_leases(NODE_LEASE_NAMESPACE)) == 50
+
+
+@pytest.mark.django_db
+def test_setup_demo_registers_the_fake_apiserver_as_the_nks_cluster_it_plays() -> None:
+    KubeCluster.objects.create(name="demo", kubeconfig="old")  # a database set up before
+
+    call_command("setup_demo", stdout=StringIO())
+
+    # Renamed, not doubled; and under the name the NKS cluster's pages look for.
+    assert list(KubeCluster.objects.values_list("name", flat=True)) == [DEMO_NKS_CLUSTER]
+    assert kube_name(DEMO_NKS_CLUSTER) == DEMO_NKS_CLUSTER

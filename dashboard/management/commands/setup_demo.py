@@ -8,12 +8,18 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from fakes.kube import kubeconfig_document
+from fakes.kube.demo_nodes import DEMO_NKS_CLUSTER
 from fakes.nks.routes import IDENTITY_PREFIX
 from fakes.nks.scenarios import DEFAULT_PASSWORD, DEFAULT_TENANT_ID, DEFAULT_USERNAME
+from leases.models import KubeCluster
 from leases.services import register_kube_cluster
 from nks.services import register_nks_account
 
-DEMO_CLUSTER = "demo"
+# The fake kube-apiserver plays this fake NKS cluster (its Nodes are that cluster's nodes);
+# a Lease source of the same name is the NKS cluster's, so its pages show the Nodes at once.
+DEMO_CLUSTER = DEMO_NKS_CLUSTER
+# What the demo cluster was called before it played an NKS cluster.
+PREVIOUS_DEMO_CLUSTER = "demo"
 DEMO_NKS_ACCOUNT = "demo"
 
 
@@ -26,6 +32,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.PRODUCTION:
             raise CommandError("The demo sources are for development only.")
+        # A database set up before keeps its demo history under the new name, instead of
+        # two sources watching the same fake server.
+        if not KubeCluster.objects.filter(name=DEMO_CLUSTER).exists():
+            KubeCluster.objects.filter(name=PREVIOUS_DEMO_CLUSTER).update(name=DEMO_CLUSTER)
         port = int(os.environ.get("DEMO_APISERVER_PORT", "8001"))
         kubeconfig = yaml.safe_dump(
             kubeconfig_document(f"http://127.0.0.1:{port}", token=None, context_name=DEMO_CLUSTER),

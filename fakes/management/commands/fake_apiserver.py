@@ -38,7 +38,8 @@ class Command(BaseCommand):
             "--scenario",
             type=_scenario,
             default="demo",
-            help="demo (a small NKS-like cluster with troubles), nodes:N or empty",
+            help="demo (the fake NKS staging-web cluster: its Nodes, Leases and troubles), "
+            "nodes:N or empty",
         )
         parser.add_argument(
             "--kubeconfig-out", type=Path, metavar="FILE", help="write a kubeconfig (mode 0600)"
