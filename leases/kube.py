@@ -11,7 +11,7 @@ never contains credentials or kubeconfig content.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,6 +33,9 @@ LIST_READ_TIMEOUT_SECONDS = 60.0
 LIST_PAGE_SIZE = 500
 CANDIDATE_API_VERSIONS = ("v1beta1", "v1alpha2")
 COORDINATION_GROUP = "coordination.k8s.io"
+# What a 403 asks the cluster's administrator to grant, per resource.
+LEASE_GRANT = "grant get, list and watch on leases and leasecandidates in coordination.k8s.io"
+NODE_GRANT = "grant get, list and watch on nodes (core API group, a ClusterRole)"
 
 
 @dataclass(frozen=True)
@@ -111,18 +114,58 @@ def list_leases(
 ) -> ListPage:
     """One page of Leases across all namespaces."""
     coordination = k8s.CoordinationV1Api(api)
-    with _translated_errors(api, "list leases"):
+    with _translated_errors(api, "list leases", LEASE_GRANT):
         response = coordination.list_lease_for_all_namespaces(
             limit=limit,
             _continue=continue_token or None,
             _preload_content=False,
             _request_timeout=(CONNECT_TIMEOUT_SECONDS, LIST_READ_TIMEOUT_SECONDS),
         )
-        body = _read_json(response, "lease list")
+        return _list_page(_read_json(response, "lease list"), "lease list")
+
+
+def list_nodes(
+    api: k8s.ApiClient, continue_token: str = "", limit: int = LIST_PAGE_SIZE
+) -> ListPage:
+    """One page of Nodes (cluster-scoped)."""
+    core = k8s.CoreV1Api(api)
+    with _translated_errors(api, "list nodes", NODE_GRANT):
+        response = core.list_node(
+            limit=limit,
+            _continue=continue_token or None,
+            _preload_content=False,
+            _request_timeout=(CONNECT_TIMEOUT_SECONDS, LIST_READ_TIMEOUT_SECONDS),
+        )
+        return _list_page(_read_json(response, "node list"), "node list")
+
+
+def iter_all_leases(api: k8s.ApiClient, limit: int = LIST_PAGE_SIZE) -> Iterator[ListPage]:
+    """Every page of a full list; the last page's resourceVersion is where a watch starts."""
+    return _iter_pages(list_leases, api, limit)
+
+
+def iter_all_nodes(api: k8s.ApiClient, limit: int = LIST_PAGE_SIZE) -> Iterator[ListPage]:
+    """Every page of a full Node list; the last page's resourceVersion starts the watch."""
+    return _iter_pages(list_nodes, api, limit)
+
+
+def _iter_pages(
+    list_page: Callable[[k8s.ApiClient, str, int], ListPage], api: k8s.ApiClient, limit: int
+) -> Iterator[ListPage]:
+    continue_token = ""
+    while True:
+        page = list_page(api, continue_token, limit)
+        yield page
+        if not page.continue_token:
+            return
+        continue_token = page.continue_token
+
+
+def _list_page(body: dict[str, Any], what: str) -> ListPage:
     metadata = body.get("metadata") or {}
     items = body.get("items")
     if not isinstance(items, list):
-        raise KubeError("The API server answered a lease list without items.", kind="bad_response")
+        raise KubeError(f"The API server answered a {what} without items.", kind="bad_response")
     return ListPage(
         items=[item for item in items if isinstance(item, dict)],
         resource_version=str(metadata.get("resourceVersion") or ""),
@@ -130,28 +173,25 @@ def list_leases(
     )
 
 
-def iter_all_leases(api: k8s.ApiClient, limit: int = LIST_PAGE_SIZE) -> Iterator[ListPage]:
-    """Every page of a full list; the last page's resourceVersion is where a watch starts."""
-    continue_token = ""
-    while True:
-        page = list_leases(api, continue_token, limit)
-        yield page
-        if not page.continue_token:
-            return
-        continue_token = page.continue_token
-
-
 class WatchStream:
     """An open watch: yields raw lines; `close()` from another thread ends it at once."""
 
-    def __init__(self, api: k8s.ApiClient, response: urllib3.BaseHTTPResponse) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        response: urllib3.BaseHTTPResponse,
+        action: str = "watch leases",
+        grant: str = "",
+    ) -> None:
         self._api = api
         self._response = response
+        self.action = action
+        self._grant = grant
 
     def lines(self) -> Iterator[bytes]:
         """Complete lines only: a line cut by a dropped connection is never yielded."""
         buffer = b""
-        with _translated_errors(self._api, "watch leases"):
+        with _translated_errors(self._api, self.action, self._grant):
             for chunk in self._response.stream(65536, decode_content=True):
                 buffer += chunk
                 if b"\n" not in buffer:
@@ -180,7 +220,7 @@ def open_lease_watch(
     stream ends by the server, and only a dead connection ends by our timeout.
     """
     coordination = k8s.CoordinationV1Api(api)
-    with _translated_errors(api, "watch leases"):
+    with _translated_errors(api, "watch leases", LEASE_GRANT):
         response = coordination.list_lease_for_all_namespaces(
             watch=True,
             allow_watch_bookmarks=True,
@@ -189,7 +229,22 @@ def open_lease_watch(
             _preload_content=False,
             _request_timeout=(CONNECT_TIMEOUT_SECONDS, timeout_seconds + 30),
         )
-    return WatchStream(api, response)
+    return WatchStream(api, response, "watch leases", LEASE_GRANT)
+
+
+def open_node_watch(api: k8s.ApiClient, resource_version: str, timeout_seconds: int) -> WatchStream:
+    """A watch of all Nodes from `resource_version`, with bookmarks (as open_lease_watch)."""
+    core = k8s.CoreV1Api(api)
+    with _translated_errors(api, "watch nodes", NODE_GRANT):
+        response = core.list_node(
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            _preload_content=False,
+            _request_timeout=(CONNECT_TIMEOUT_SECONDS, timeout_seconds + 30),
+        )
+    return WatchStream(api, response, "watch nodes", NODE_GRANT)
 
 
 def list_lease_candidates(api: k8s.ApiClient) -> tuple[str, list[dict[str, Any]]]:
@@ -197,7 +252,7 @@ def list_lease_candidates(api: k8s.ApiClient) -> tuple[str, list[dict[str, Any]]
     custom = k8s.CustomObjectsApi(api)
     for version in CANDIDATE_API_VERSIONS:
         try:
-            with _translated_errors(api, f"list leasecandidates ({version})"):
+            with _translated_errors(api, f"list leasecandidates ({version})", LEASE_GRANT):
                 response = custom.list_cluster_custom_object(
                     COORDINATION_GROUP,
                     version,
@@ -217,11 +272,15 @@ def list_lease_candidates(api: k8s.ApiClient) -> tuple[str, list[dict[str, Any]]
     return "", []
 
 
-def status_error(status: dict[str, Any], action: str, server: str) -> KubeError:
+def status_error(status: dict[str, Any], action: str, server: str, grant: str = "") -> KubeError:
     """A KubeError for a `Status` object sent inside a watch stream (an ERROR event)."""
     code = status.get("code") if isinstance(status.get("code"), int) else None
     message = str(status.get("message") or status.get("reason") or "no message")[:300]
-    return _error_for_status(code, message, action, server)
+    return _error_for_status(code, message, action, server, grant or _grant_for(action))
+
+
+def _grant_for(action: str) -> str:
+    return NODE_GRANT if "nodes" in action else LEASE_GRANT
 
 
 def _read_json(response: urllib3.BaseHTTPResponse, what: str) -> dict[str, Any]:
@@ -238,7 +297,9 @@ def _read_json(response: urllib3.BaseHTTPResponse, what: str) -> dict[str, Any]:
     return body
 
 
-def _error_for_status(code: int | None, message: str, action: str, server: str) -> KubeError:
+def _error_for_status(
+    code: int | None, message: str, action: str, server: str, grant: str = ""
+) -> KubeError:
     if code == 401:
         return KubeError(
             f"The API server at {server} rejected the credentials (401 Unauthorized) when trying "
@@ -250,8 +311,7 @@ def _error_for_status(code: int | None, message: str, action: str, server: str) 
     if code == 403:
         return KubeError(
             f"Not allowed to {action} on {server} (403 Forbidden): the credentials work but "
-            "lack RBAC permission; grant get, list and watch on leases and leasecandidates in "
-            f"coordination.k8s.io. Server said: {message}",
+            f"lack RBAC permission; {grant or _grant_for(action)}. Server said: {message}",
             kind="forbidden",
             status=403,
         )
@@ -281,9 +341,10 @@ def _error_for_status(code: int | None, message: str, action: str, server: str) 
 class _translated_errors:
     """Turn SDK, urllib3 and socket errors into KubeErrors with words an engineer knows."""
 
-    def __init__(self, api: k8s.ApiClient, action: str) -> None:
+    def __init__(self, api: k8s.ApiClient, action: str, grant: str = "") -> None:
         self.server = server_address(api)
         self.action = action
+        self.grant = grant
 
     def __enter__(self) -> None:
         return None
@@ -317,7 +378,7 @@ class _translated_errors:
             )
         if isinstance(exc, ApiException):
             message = _status_message(exc.body) or (exc.reason or "")
-            return _error_for_status(exc.status, message[:300], action, server)
+            return _error_for_status(exc.status, message[:300], action, server, self.grant)
         if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
             exc = exc.reason
         if isinstance(exc, urllib3.exceptions.SSLError):

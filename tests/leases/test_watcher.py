@@ -151,6 +151,7 @@ def test_holder_change_on_the_server_records_one_transition(apiserver: FakeApiSe
 
 
 def test_410_on_resume_relists_without_losing_or_duplicating(apiserver: FakeApiServer) -> None:
+    apiserver.forbid("nodes")  # the injected failures land on the Lease watch
     apiserver.store.apply_lease("operators", "op-leader", leader_spec("op-a", 1))
     cluster = register(apiserver)
     with RunningWatcher(cluster):
@@ -197,6 +198,7 @@ def test_changes_made_while_no_watcher_ran_are_found_by_the_relist(
 
 
 def test_a_stream_dropped_mid_line_resumes_from_the_last_event(apiserver: FakeApiServer) -> None:
+    apiserver.forbid("nodes")  # one watch only: the dropped one is the Lease watch
     cluster = register(apiserver)
     with RunningWatcher(cluster):
         assert apiserver.wait_for_watches(1)
@@ -215,7 +217,7 @@ def test_a_stream_dropped_mid_line_resumes_from_the_last_event(apiserver: FakeAp
 def test_malformed_lines_and_unknown_event_types_are_skipped(apiserver: FakeApiServer) -> None:
     cluster = register(apiserver)
     with RunningWatcher(cluster) as watcher:
-        assert apiserver.wait_for_watches(1)
+        assert apiserver.wait_for_watches(2)  # the Lease watch and the Node watch
         apiserver.inject_watch_line(b'{"type": "MODIFIED", "object": {"metadata": ')
         apiserver.inject_watch_line(b"<html>proxy error</html>")
         apiserver.inject_unknown_event("RESYNC")

@@ -76,6 +76,7 @@ def slow_backoff() -> Backoff:
 
 
 def test_a_successful_list_resets_the_retry_delay(apiserver: FakeApiServer) -> None:
+    apiserver.forbid("nodes")  # the injected failures land on the Lease watch
     apiserver.store.apply_lease("kube-system", "kube-scheduler", leader_spec("master-0_a"))
     cluster = register(apiserver)
     # The outage: the first lists fail, the delays double (0.1, 0.2 … 3.2 s).
@@ -87,6 +88,7 @@ def test_a_successful_list_resets_the_retry_delay(apiserver: FakeApiServer) -> N
 
 
 def test_a_stream_that_delivered_events_resets_the_retry_delay(apiserver: FakeApiServer) -> None:
+    apiserver.forbid("nodes")  # the injected failures land on the Lease watch
     cluster = register(apiserver)
     with RunningWatcher(cluster, backoff=slow_backoff(), candidates_interval=600):
         eventually(lambda: watches_opened(apiserver) >= 1)
@@ -111,7 +113,9 @@ def test_reconnects_after_an_apiserver_restart_are_counted_and_exported(
     apiserver.store.apply_lease("kube-system", "kube-scheduler", leader_spec("master-0_a"))
     cluster = register(apiserver)
     restarted: FakeApiServer | None = None
-    # The first watch breaks mid-line, as a connection does when the apiserver dies.
+    # The first watch breaks mid-line, as a connection does when the apiserver dies (the
+    # Lease watch's: Nodes are forbidden here, so it is the only watch).
+    apiserver.forbid("nodes")
     apiserver.drop_next_watches(1, after_events=1)
     try:
         with RunningWatcher(cluster):

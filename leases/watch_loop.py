@@ -1,0 +1,298 @@
+"""The reader loop of one watched resource of one cluster: list (paged), watch from the
+list's resourceVersion, resume after a dropped stream, list again on 410, back off on errors,
+skip malformed lines.
+
+It runs once per resource (Leases, Nodes), each in its own thread, around a
+`WatchedResource`: how to list and watch the resource, the ingestor its objects go to, and
+where its status lands on the KubeCluster row. The cluster's watcher (leases.watcher) owns
+the lock, the connection and the housekeeping thread that flushes every ingestor.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import traceback
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+from django.db import DatabaseError, close_old_connections
+
+from leases import kube
+from leases.parse import resource_version_of
+from leases.watch_status import ResourceStatus
+
+logger = logging.getLogger(__name__)
+
+
+class WatchExpired(Exception):
+    """The resourceVersion we resume from is gone: list again."""
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with jitter; credentials problems wait longer."""
+
+    base: float = 1.0
+    maximum: float = 30.0
+    auth_base: float = 5.0
+    auth_maximum: float = 120.0
+    failures: int = 0
+
+    def next_delay(self, kind: str) -> float:
+        self.failures += 1
+        if kind in {"auth", "forbidden", "config"}:
+            base, maximum = self.auth_base, self.auth_maximum
+        else:
+            base, maximum = self.base, self.maximum
+        delay = min(maximum, base * 2 ** (self.failures - 1))
+        return delay * random.uniform(0.8, 1.0)  # noqa: S311 - jitter, not security
+
+    def reset(self) -> None:
+        self.failures = 0
+
+    def fresh(self) -> Backoff:
+        """The same delays, counted from zero (one per resource)."""
+        return Backoff(self.base, self.maximum, self.auth_base, self.auth_maximum)
+
+
+class Ingestor(Protocol):
+    """What LeaseIngestor and NodeIngestor share: observations in, batches out by flush()."""
+
+    def observe(self, obj: dict[str, Any], received: float | None = None) -> bool: ...
+
+    def observe_deleted(self, key: Any, received: float | None = None) -> None: ...
+
+    def reconcile(self, listed: set[Any]) -> int: ...
+
+    def count_event(self) -> None: ...
+
+    def flush(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class WatchedResource:
+    """One resource the cluster's watcher reads: the calls, the ingestor, the status."""
+
+    plural: str  # "leases", "nodes": for logs and error messages
+    list_pages: Callable[[Any], Iterator[kube.ListPage]]
+    open_watch: Callable[[Any, str, int], kube.WatchStream]
+    # The key of an object (None: not usable), as its ingestor's reconcile and deletes take it.
+    key_of: Callable[[Any], Hashable | None]
+    ingestor: Ingestor
+    status: ResourceStatus
+
+
+class ResourceReader:
+    """List, watch, resume, relist on 410, back off: for one resource, until stopped."""
+
+    def __init__(
+        self,
+        cluster_id: int,
+        resource: WatchedResource,
+        *,
+        connect: Callable[[], Any],
+        forget_connection: Callable[[], None],
+        stopping: Callable[[], bool],
+        wait: Callable[[float], object],
+        backoff: Backoff,
+        watch_timeout_seconds: int,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.resource = resource
+        self._connect = connect
+        self._forget_connection = forget_connection
+        self._stopping = stopping
+        self._wait = wait
+        self.backoff = backoff
+        self.watch_timeout_seconds = watch_timeout_seconds
+        # The newest resourceVersion read: what the status may claim once a flush drains.
+        self.resource_version = ""
+        self.malformed_lines = 0
+        self.unknown_events = 0
+        self.watches_opened = 0
+        self._stream: kube.WatchStream | None = None
+        self._stream_lock = threading.Lock()
+
+    @property
+    def watching(self) -> bool:
+        """A watch stream is open: what a flush writes is as current as the stream."""
+        return self._stream is not None
+
+    def close_stream(self) -> None:
+        """End a blocked read from another thread (a stop)."""
+        with self._stream_lock:
+            stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def run(self) -> None:
+        """Read until stopped; never raises for cluster-side problems."""
+        resource_version = ""
+        status = self.resource.status
+        while not self._stopping():
+            try:
+                api = self._connect()
+                if not resource_version:
+                    resource_version = self._relist(api)
+                resource_version = self._stream_once(api, resource_version)
+            except WatchExpired:
+                logger.info(
+                    "cluster %s: %s resourceVersion expired, listing again",
+                    self.cluster_id,
+                    self.resource.plural,
+                )
+                resource_version = ""
+            except kube.KubeError as error:
+                if self._stopping():
+                    break  # we closed the stream ourselves
+                if error.kind == "gone":
+                    resource_version = ""
+                    continue
+                if error.kind in {"auth", "forbidden", "tls", "config"}:
+                    self._forget_connection()  # someone may fix the kubeconfig: read it again
+                delay = self.backoff.next_delay(error.kind)
+                status.failed(error.message, kind=error.kind)
+                logger.warning("cluster %s: %s (retrying in %.0f s)", self.cluster_id, error, delay)
+                self._wait(delay)
+            except Exception as exc:
+                # A failure nobody foresaw (a value the HTTP client refuses, the database
+                # going away): a reader that ended here would leave the resource unwatched
+                # with nothing on the status page. Say so, back off, start over.
+                if self._stopping():
+                    break
+                self._forget_connection()
+                close_old_connections()  # a broken connection is replaced, not reused
+                delay = self.backoff.next_delay("unexpected")
+                message = unexpected_error_text(exc)
+                status.failed(f"{message} Retrying in {delay:.0f} s.", kind="unexpected")
+                # The traceback's frames, not the exception's text: http.client quotes the
+                # header value it refuses, which is the token.
+                logger.error(
+                    "cluster %s: %s: %s (retrying in %.0f s)\n%s",
+                    self.cluster_id,
+                    self.resource.plural,
+                    message,
+                    delay,
+                    "".join(traceback.format_tb(exc.__traceback__)),
+                )
+                self._wait(delay)
+
+    def _relist(self, api: object) -> str:
+        ingestor, key_of = self.resource.ingestor, self.resource.key_of
+        listed: set[Any] = set()
+        resource_version = ""
+        for page in self.resource.list_pages(api):
+            for item in page.items:
+                key = key_of(item)
+                if key is not None and ingestor.observe(item):
+                    listed.add(key)
+            resource_version = page.resource_version
+        gone = ingestor.reconcile(listed)
+        # The server answers again: the next break starts from the shortest delay, not from
+        # where an outage left the backoff.
+        self.backoff.reset()
+        self.resource.status.listed()
+        logger.info(
+            "cluster %s: listed %d %s (%d gone) at resourceVersion %s",
+            self.cluster_id,
+            len(listed),
+            self.resource.plural,
+            gone,
+            resource_version,
+        )
+        self.resource_version = resource_version
+        return resource_version
+
+    def _stream_once(self, api: object, resource_version: str) -> str:
+        ingestor = self.resource.ingestor
+        stream = self.resource.open_watch(api, resource_version, self.watch_timeout_seconds)
+        with self._stream_lock:
+            self._stream = stream
+        self.watches_opened += 1
+        # Every watch after the first is a reconnect: after the server's timeout, a dropped
+        # connection or an outage alike. A working watch clears the last error (the log
+        # keeps it): an old error would read as a current one.
+        self.resource.status.watching(reconnected=self.watches_opened > 1)
+        delivered = False
+        try:
+            for line in stream.lines():
+                if self._stopping():
+                    break
+                if not delivered:
+                    # A stream that delivers is a server that works: a break after it waits
+                    # the shortest delay.
+                    delivered = True
+                    self.backoff.reset()
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    self._malformed(line)
+                    continue
+                if not isinstance(event, dict):
+                    self._malformed(line)
+                    continue
+                kind, obj = event.get("type"), event.get("object")
+                if kind in ("ADDED", "MODIFIED"):
+                    if not ingestor.observe(obj):  # type: ignore[arg-type]
+                        self._malformed(line)
+                elif kind == "DELETED":
+                    key = self.resource.key_of(obj)
+                    if key is not None:
+                        ingestor.observe_deleted(key)
+                elif kind == "BOOKMARK":
+                    ingestor.count_event()
+                elif kind == "ERROR":
+                    status = obj if isinstance(obj, dict) else {}
+                    if status.get("code") == 410:
+                        raise WatchExpired
+                    raise kube.status_error(status, stream.action, kube.server_address(api))  # type: ignore[arg-type]
+                else:
+                    self.unknown_events += 1
+                    if self.unknown_events <= 3:
+                        logger.warning(
+                            "cluster %s: ignoring %s watch event of unknown type %r",
+                            self.cluster_id,
+                            self.resource.plural,
+                            str(kind)[:40],
+                        )
+                    continue
+                resource_version = resource_version_of(obj) or resource_version
+                self.resource_version = resource_version
+        finally:
+            with self._stream_lock:
+                self._stream = None
+            stream.close()
+        return resource_version
+
+    def _malformed(self, line: bytes) -> None:
+        self.malformed_lines += 1
+        if self.malformed_lines <= 3:
+            logger.warning(
+                "cluster %s: skipping a malformed %s watch line (%d bytes)",
+                self.cluster_id,
+                self.resource.plural,
+                len(line),
+            )
+
+
+def unexpected_error_text(exc: BaseException) -> str:
+    """An unforeseen failure in words, without the exception's own text (it may quote a
+    credential), but with where it happened so the log's traceback is easy to find."""
+    if isinstance(exc, DatabaseError):
+        # Database messages carry no credentials; the first line says what went wrong.
+        detail = (str(exc).strip().splitlines() or [""])[0][:200]
+        return f"A database call of the watcher failed ({type(exc).__name__}: {detail})."
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames:
+        last = frames[-1]
+        where = f" in {'/'.join(Path(last.filename).parts[-2:])}, {last.name}()"
+    return (
+        f"The watcher failed unexpectedly ({type(exc).__name__}{where}); the worker log has "
+        "the traceback."
+    )

@@ -1,0 +1,210 @@
+"""Where the watch of each resource reports on the KubeCluster row.
+
+Leases use the row's original fields (connected, last_error, …); Nodes their `nodes_*`
+fields and a state in words (`ResourceWatchState`). The reader thread of a resource writes
+its moments (listed, watching, failed) at once; what a flush adds (events, lag, the
+resourceVersion now committed) is returned as updates, so the housekeeping thread writes
+both resources' counters in one UPDATE per flush.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Protocol
+
+from django.db import DatabaseError, close_old_connections
+from django.db.models import Case, DateTimeField, F, Value, When
+from django.utils import timezone
+
+from leases.models import KubeCluster, ResourceWatchState
+
+logger = logging.getLogger(__name__)
+
+# How each failure of the Node watch reads on the watchers page.
+_NODE_STATE_BY_KIND = {
+    "forbidden": ResourceWatchState.FORBIDDEN,
+    "not_found": ResourceWatchState.NOT_SERVED,
+    # Passing: the reader is trying again and will likely get through.
+    "connection": ResourceWatchState.RECONNECTING,
+    "timeout": ResourceWatchState.RECONNECTING,
+    "server": ResourceWatchState.RECONNECTING,
+    "gone": ResourceWatchState.RECONNECTING,
+}
+
+
+class ResourceStatus(Protocol):
+    def listed(self) -> None: ...
+
+    def watching(self, *, reconnected: bool) -> None: ...
+
+    def failed(self, message: str, *, kind: str) -> None: ...
+
+    def flushed(self, result: Any, committed_version: str, watching: bool) -> dict[str, Any]: ...
+
+    def skipped(self, result: Any) -> int: ...
+
+    def stopped(self) -> None: ...
+
+
+def update_cluster(cluster_id: int, updates: dict[str, Any], *, swallow: bool = True) -> None:
+    """Write status fields; a status write that fails must not end the watch."""
+    if not updates:
+        return
+    try:
+        KubeCluster.objects.filter(pk=cluster_id).update(**updates)
+    except DatabaseError:
+        close_old_connections()
+        if not swallow:
+            raise
+
+
+class LeaseStatus:
+    """The Lease watch on the row's original fields."""
+
+    def __init__(self, cluster_id: int, owner: str) -> None:
+        self.cluster_id = cluster_id
+        self.owner = owner[:200]
+        self._events_since_rate = 0
+        self._rate_at = time.monotonic()
+        # Worst event-to-commit delay seen by this watcher (the row keeps the last flush's).
+        self.max_lag_seconds = 0.0
+
+    def listed(self) -> None:
+        # Not swallowed: a database gone away here is the reader's to report and retry.
+        update_cluster(
+            self.cluster_id,
+            {"relists_total": F("relists_total") + 1, "last_list_at": timezone.now()},
+            swallow=False,
+        )
+
+    def watching(self, *, reconnected: bool) -> None:
+        update_cluster(
+            self.cluster_id,
+            {
+                "connected": True,
+                "connected_since": timezone.now(),
+                "reconnects_total": F("reconnects_total") + int(reconnected),
+                "last_error": "",
+                "last_error_at": None,
+            },
+            swallow=False,
+        )
+
+    def failed(self, message: str, *, kind: str, disconnected: bool = True) -> None:
+        updates: dict[str, Any] = {"last_error": message[:2000], "last_error_at": timezone.now()}
+        if disconnected:
+            updates["connected"] = False
+        update_cluster(self.cluster_id, updates)
+
+    def flushed(self, result: Any, committed_version: str, watching: bool) -> dict[str, Any]:
+        now = time.monotonic()
+        self._events_since_rate += result.events
+        updates: dict[str, Any] = {"events_total": F("events_total") + result.events}
+        wrote = result.leases_written or result.deletions_written or result.transitions_written
+        if watching or wrote:
+            # A flush vouches for the data only while a watch is open (or when it wrote what
+            # a list found): stamped while disconnected, or before any data, the page would
+            # call old data, or none, "0 s old".
+            updates["last_flush_at"] = timezone.now()
+        if result.drained:
+            updates["resource_version"] = committed_version[:64]
+        if result.events:
+            updates["last_event_at"] = timezone.now()
+        if result.leases_written or result.deletions_written:
+            updates["lag_seconds"] = round(result.lag_seconds, 3)
+            self.max_lag_seconds = max(self.max_lag_seconds, result.lag_seconds)
+        elapsed = now - self._rate_at
+        if elapsed >= 2.0:
+            updates["events_per_second"] = round(self._events_since_rate / elapsed, 1)
+            self._events_since_rate, self._rate_at = 0, now
+        return updates
+
+    def skipped(self, result: Any) -> int:
+        """Objects cleaned of NUL characters or refused by the database (one shared total)."""
+        return int(result.objects_cleaned + result.leases_skipped)
+
+    def stopped(self) -> None:
+        # Only while the row is still ours: a successor may have taken the cluster over.
+        try:
+            KubeCluster.objects.filter(pk=self.cluster_id, watcher_id=self.owner).update(
+                connected=False, events_per_second=0.0
+            )
+        except DatabaseError:
+            close_old_connections()
+
+
+class NodeStatus:
+    """The Node watch on the row's `nodes_*` fields, with its state in words."""
+
+    def __init__(self, cluster_id: int, owner: str) -> None:
+        self.cluster_id = cluster_id
+        self.owner = owner[:200]
+        self.max_lag_seconds = 0.0
+
+    def listed(self) -> None:
+        update_cluster(
+            self.cluster_id,
+            {
+                "nodes_relists_total": F("nodes_relists_total") + 1,
+                "nodes_last_list_at": timezone.now(),
+            },
+            swallow=False,
+        )
+
+    def watching(self, *, reconnected: bool) -> None:
+        update_cluster(
+            self.cluster_id,
+            {
+                "nodes_watch": ResourceWatchState.WATCHING,
+                "nodes_connected_since": timezone.now(),
+                "nodes_reconnects_total": F("nodes_reconnects_total") + int(reconnected),
+                "nodes_last_error": "",
+                "nodes_last_error_at": None,
+            },
+            swallow=False,
+        )
+
+    def failed(self, message: str, *, kind: str) -> None:
+        state = _NODE_STATE_BY_KIND.get(kind, ResourceWatchState.ERROR)
+        update_cluster(
+            self.cluster_id,
+            {
+                "nodes_watch": state,
+                "nodes_last_error": message[:2000],
+                # When the trouble began, not the latest retry: it is when the Node data
+                # stopped being current, so the page can say how old it is.
+                "nodes_last_error_at": Case(
+                    When(nodes_last_error="", then=Value(timezone.now())),
+                    default=F("nodes_last_error_at"),
+                    output_field=DateTimeField(),
+                ),
+            },
+        )
+
+    def flushed(self, result: Any, committed_version: str, watching: bool) -> dict[str, Any]:
+        updates: dict[str, Any] = {}
+        if result.events:
+            updates["nodes_events_total"] = F("nodes_events_total") + result.events
+            updates["nodes_last_event_at"] = timezone.now()
+        if result.drained and committed_version:
+            updates["nodes_resource_version"] = committed_version[:64]
+        if result.nodes_written or result.deletions_written:
+            updates["nodes_lag_seconds"] = round(result.lag_seconds, 3)
+            self.max_lag_seconds = max(self.max_lag_seconds, result.lag_seconds)
+        return updates
+
+    def skipped(self, result: Any) -> int:
+        return int(result.objects_cleaned + result.nodes_skipped)
+
+    def stopped(self) -> None:
+        # A watch that was running is no longer; a refusal (forbidden, not served) stays
+        # on the row, as the last thing known of the cluster's Nodes.
+        try:
+            KubeCluster.objects.filter(
+                pk=self.cluster_id,
+                watcher_id=self.owner,
+                nodes_watch__in=[ResourceWatchState.WATCHING, ResourceWatchState.RECONNECTING],
+            ).update(nodes_watch=ResourceWatchState.NOT_STARTED)
+        except DatabaseError:
+            close_old_connections()
