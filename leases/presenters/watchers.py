@@ -1,5 +1,5 @@
 """The watchers' status: is each cluster's lease data live, and if not, why (the Clusters page,
-and the banners and pills of every Leases page)."""
+and the banners and pills of every Leases page); and where each cluster's Node watch stands."""
 
 from __future__ import annotations
 
@@ -7,9 +7,38 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from dashboard.timefmt import When, format_duration, when
-from leases.models import (
-    KubeCluster,
+from leases.models import KubeCluster, Node, ResourceWatchState
+
+NODES_FORBIDDEN = (
+    "forbidden: the dashboard's ServiceAccount may not list nodes; grant get/list/watch on nodes"
 )
+NODES_NOT_SERVED = "not served: this API server answers 404 for v1 Nodes"
+
+
+@dataclass(slots=True)
+class NodeWatchStatus:
+    """The Node watch of one cluster: its state, how many Nodes, and how fresh they are."""
+
+    cluster_id: int
+    state: str  # a ResourceWatchState value
+    state_label: str
+    # The state in words when it needs any ("forbidden: …"), else "".
+    problem: str
+    last_event: When | None
+    last_list: When | None
+    stale: bool
+    # "live", "no data yet", or how old the Node rows are ("data 2 min old").
+    freshness: str
+    last_error: str
+    last_error_at: When | None
+    relists_total: int
+    reconnects_total: int
+    events_total: int
+
+    def node_count(self) -> int:
+        """Present Nodes, counted only when a page shows them: the Leases table and the
+        overview poll every few seconds and need none."""
+        return Node.objects.present().filter(cluster_id=self.cluster_id).count()
 
 
 @dataclass(slots=True)
@@ -45,6 +74,7 @@ class ClusterStatus:
     config_warning: str
     # Objects stored without their NUL characters or skipped because the database refused them.
     skipped_objects_total: int
+    nodes: NodeWatchStatus
 
 
 def _cluster_problem(cluster: KubeCluster, stale: bool, now: datetime) -> str:
@@ -90,6 +120,45 @@ def candidates_text(cluster: KubeCluster) -> str:
     return "not read yet"
 
 
+def node_watch_status(cluster: KubeCluster, lease_stale: bool, now: datetime) -> NodeWatchStatus:
+    """The same housekeeping thread writes both resources: Node rows are current while
+    their watch is open and the cluster's watcher is live (its lease flushes are fresh)."""
+    state = ResourceWatchState(cluster.nodes_watch or ResourceWatchState.NOT_STARTED)
+    live = state == ResourceWatchState.WATCHING and not lease_stale and cluster.enabled
+    if cluster.nodes_last_list_at is None:
+        freshness = "no data yet"
+    elif live:
+        freshness = "live"
+    else:
+        # Since the trouble began (the first failure), or since the watcher was last alive.
+        since = cluster.nodes_last_error_at or cluster.last_flush_at or cluster.nodes_last_list_at
+        freshness = f"data {format_duration(max(0.0, (now - since).total_seconds()))} old"
+    problem = ""
+    if state == ResourceWatchState.FORBIDDEN:
+        problem = NODES_FORBIDDEN
+    elif state == ResourceWatchState.NOT_SERVED:
+        problem = NODES_NOT_SERVED
+    elif state in (ResourceWatchState.ERROR, ResourceWatchState.RECONNECTING):
+        problem = cluster.nodes_last_error
+    elif state == ResourceWatchState.WATCHING and lease_stale and cluster.enabled:
+        problem = "the cluster's watcher has gone quiet: Nodes are as last seen"
+    return NodeWatchStatus(
+        cluster_id=cluster.pk,
+        state=state.value,
+        state_label=state.label,
+        problem=problem,
+        last_event=when(cluster.nodes_last_event_at, now),
+        last_list=when(cluster.nodes_last_list_at, now),
+        stale=not live,
+        freshness=freshness,
+        last_error=cluster.nodes_last_error,
+        last_error_at=when(cluster.nodes_last_error_at, now),
+        relists_total=cluster.nodes_relists_total,
+        reconnects_total=cluster.nodes_reconnects_total,
+        events_total=cluster.nodes_events_total,
+    )
+
+
 def cluster_status(cluster: KubeCluster, now: datetime) -> ClusterStatus:
     stale = cluster.is_stale(now)
     return ClusterStatus(
@@ -122,6 +191,7 @@ def cluster_status(cluster: KubeCluster, now: datetime) -> ClusterStatus:
         problem=_cluster_problem(cluster, stale, now),
         config_warning=cluster.config_warning,
         skipped_objects_total=cluster.skipped_objects_total,
+        nodes=node_watch_status(cluster, stale, now),
     )
 
 
