@@ -71,3 +71,14 @@ def candidates_api(
     fake_apiserver: FakeApiServer, make_api_client: Callable[[FakeApiServer], client.ApiClient]
 ) -> client.CoordinationV1beta1Api:
     return client.CoordinationV1beta1Api(make_api_client(fake_apiserver))
+
+
+# --- Nodes: the official client's core API against the fake (fakes.kube.add_node,
+# remove_node and the store's set_node_ready / cordon_node change the cluster's Nodes) ---
+
+
+@pytest.fixture
+def core_api(
+    fake_apiserver: FakeApiServer, make_api_client: Callable[[FakeApiServer], client.ApiClient]
+) -> client.CoreV1Api:
+    return client.CoreV1Api(make_api_client(fake_apiserver))

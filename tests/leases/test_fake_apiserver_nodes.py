@@ -75,13 +75,6 @@ def watch_lines(server: FakeApiServer, query: str, count: int) -> list[dict[str,
         connection.close()
 
 
-@pytest.fixture
-def core_api(
-    fake_apiserver: FakeApiServer, make_api_client: Callable[[FakeApiServer], client.ApiClient]
-) -> client.CoreV1Api:
-    return client.CoreV1Api(make_api_client(fake_apiserver))
-
-
 def _worker(store: ObjectStore, name: str, **options: Any) -> dict[str, Any]:
     options.setdefault("at", T0)
     options.setdefault("created_at", T0 - 3600)
