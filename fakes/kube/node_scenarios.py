@@ -7,82 +7,15 @@ functions do what touches both kinds.
 
 from __future__ import annotations
 
-import hashlib
-import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from fakes.kube.node_store import kubelet_conditions
+from fakes.kube.kubelet import DEFAULT_KUBELET_VERSION, Moment, kubelet_labels, kubelet_status
 from fakes.kube.store import ObjectStore
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 NODE_LEASE_DURATION = 40
-DEFAULT_KUBELET_VERSION = "v1.24.17"
-KUBELET_PORT = 10250
-
-Moment = str | datetime | float
-
-
-def kubelet_labels(
-    name: str, *, extra: Mapping[str, str] | None = None, os: str = "linux", arch: str = "amd64"
-) -> dict[str, str]:
-    """The labels a kubelet puts on its own Node, plus `extra` (Magnum's, the cloud's)."""
-    return {
-        "beta.kubernetes.io/arch": arch,
-        "beta.kubernetes.io/os": os,
-        "kubernetes.io/arch": arch,
-        "kubernetes.io/hostname": name,
-        "kubernetes.io/os": os,
-        **(extra or {}),
-    }
-
-
-def kubelet_status(
-    name: str,
-    *,
-    at: Moment,
-    internal_ip: str = "",
-    kubelet_version: str = DEFAULT_KUBELET_VERSION,
-    ready: bool = True,
-    cpu: int = 4,
-    memory_kib: int = 8_148_204,
-) -> dict[str, Any]:
-    """A registered kubelet's status: capacity, the four kubelet conditions since `at`,
-    addresses (InternalIP and Hostname), the kubelet port and nodeInfo."""
-    # Stable per name, so a restarted demo shows the same machine ids.
-    digest = hashlib.sha256(name.encode()).hexdigest()
-    capacity = {
-        "cpu": str(cpu),
-        "ephemeral-storage": "20134592Ki",
-        "hugepages-1Gi": "0",
-        "hugepages-2Mi": "0",
-        "memory": f"{memory_kib}Ki",
-        "pods": "110",
-    }
-    addresses = [{"type": "InternalIP", "address": internal_ip}] if internal_ip else []
-    addresses.append({"type": "Hostname", "address": name})
-    # The kubelet reserves a little CPU and memory for the system.
-    allocatable = {**capacity, "cpu": f"{cpu * 1000 - 100}m", "memory": f"{memory_kib - 262144}Ki"}
-    return {
-        "capacity": capacity,
-        "allocatable": allocatable,
-        "conditions": kubelet_conditions(at, ready=ready),
-        "addresses": addresses,
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
-        "nodeInfo": {
-            "machineID": digest[:32],
-            "systemUUID": str(uuid.UUID(digest[32:64])),
-            "bootID": str(uuid.UUID(digest[:32])),
-            "kernelVersion": "5.15.0-113-generic",
-            "osImage": "Ubuntu 22.04.4 LTS",
-            "containerRuntimeVersion": "containerd://1.6.31",
-            "kubeletVersion": kubelet_version,
-            "kubeProxyVersion": kubelet_version,
-            "operatingSystem": "linux",
-            "architecture": "amd64",
-        },
-    }
 
 
 def add_node(

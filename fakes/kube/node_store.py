@@ -15,54 +15,21 @@ from typing import Any
 import orjson
 
 from fakes.kube import errors
+from fakes.kube.kubelet import (
+    KUBELET_CONDITIONS,
+    NOT_READY_MESSAGE,
+    NOT_READY_REASON,
+    UNKNOWN_MESSAGE,
+    UNKNOWN_REASON,
+    Moment,
+)
 from fakes.kube.node_schema import clean_node_spec, clean_node_status, format_node_time
 from fakes.kube.resources import NODES, validate_name, validate_spec
 from fakes.kube.storage import StoreBase, StoredObject, with_kind
 
-Moment = str | datetime | float
-
-# The conditions a kubelet posts itself, with their healthy status, reason and message.
-KUBELET_CONDITIONS: tuple[tuple[str, str, str, str], ...] = (
-    (
-        "MemoryPressure",
-        "False",
-        "KubeletHasSufficientMemory",
-        "kubelet has sufficient memory available",
-    ),
-    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-)
-NOT_READY_REASON = "KubeletNotReady"
-NOT_READY_MESSAGE = (
-    "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
-    "message:Network plugin returns error: cni plugin not initialized"
-)
-UNKNOWN_REASON = "NodeStatusUnknown"
-UNKNOWN_MESSAGE = "Kubelet stopped posting node status."
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-
-
-def kubelet_conditions(at: Moment, *, ready: bool = True) -> list[dict[str, Any]]:
-    """The four conditions of a freshly registered kubelet, all since `at`."""
-    stamp = format_node_time(at)
-    conditions = []
-    for kind, status, reason, message in KUBELET_CONDITIONS:
-        if kind == "Ready" and not ready:
-            status, reason, message = "False", NOT_READY_REASON, NOT_READY_MESSAGE
-        conditions.append(
-            {
-                "type": kind,
-                "status": status,
-                "lastHeartbeatTime": stamp,
-                "lastTransitionTime": stamp,
-                "reason": reason,
-                "message": message,
-            }
-        )
-    return conditions
 
 
 class NodeOperations(StoreBase):

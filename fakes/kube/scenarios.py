@@ -86,7 +86,11 @@ class EmptyScenario(Scenario):
 
 
 class NodeFleetScenario(Scenario):
-    """`nodes:N`: N kubelet node leases renewing every 10 s, phases spread evenly."""
+    """`nodes:N`: N kubelet node leases renewing every 10 s, phases spread evenly.
+
+    `cluster:N` (with_nodes): the same leases owned by N Ready Nodes, whose kubelets also
+    re-post their status every minute (only lastHeartbeatTime moves).
+    """
 
     def __init__(
         self,
@@ -96,11 +100,15 @@ class NodeFleetScenario(Scenario):
         name_format: str = "node-{index:05d}",
         renew_interval: float = NODE_RENEW_INTERVAL,
         lease_duration_seconds: int = NODE_LEASE_DURATION,
+        with_nodes: bool = False,
+        status_interval: float = 60.0,
     ) -> None:
         super().__init__()
         if count < 0:
             raise ValueError("the node count must not be negative")
-        self.name = f"nodes:{count}"
+        self.name = f"{'cluster' if with_nodes else 'nodes'}:{count}"
+        self.with_nodes = with_nodes
+        self.status_interval = status_interval
         self.count = count
         self.namespace = namespace
         self.name_format = name_format
@@ -108,6 +116,9 @@ class NodeFleetScenario(Scenario):
         self.lease_duration_seconds = lease_duration_seconds
 
     def setup(self, now: float) -> None:
+        if self.with_nodes:
+            self._cluster(now)
+            return
         for index in range(self.count):
             node = self.name_format.format(index=index)
             phase = index * self.renew_interval / max(self.count, 1)
@@ -127,6 +138,30 @@ class NodeFleetScenario(Scenario):
                 last_renewal + self.renew_interval,
                 self.renew_interval,
                 lambda when, node=node: self.store.renew_lease(self.namespace, node, when),
+            )
+
+    def _cluster(self, now: float) -> None:
+        names = self.store.seed_nodes(
+            self.count,
+            name_format=self.name_format,
+            lease_namespace=self.namespace,
+            lease_duration_seconds=self.lease_duration_seconds,
+            at=now - 3 * DAY,
+        )
+        spread = max(self.count, 1)
+        for index, node in enumerate(names):
+            phase = index / spread
+            last_renewal = now - self.renew_interval + phase * self.renew_interval
+            self.store.renew_lease(self.namespace, node, last_renewal)
+            self.every(
+                last_renewal + self.renew_interval,
+                self.renew_interval,
+                lambda when, node=node: self.store.renew_lease(self.namespace, node, when),
+            )
+            self.every(
+                now + phase * self.status_interval,
+                self.status_interval,
+                lambda when, node=node: self.store.heartbeat_node(node, at=when),
             )
 
 
@@ -471,15 +506,16 @@ class DemoScenario(Scenario):
 
 
 def make_scenario(spec: str) -> Scenario:
-    """`demo` (its workers are the fake NKS staging-web's Nodes), `empty` or `nodes:N`."""
+    """`demo` (its workers are the fake NKS staging-web's Nodes), `empty`, `nodes:N` (node
+    leases only) or `cluster:N` (N Nodes and their leases)."""
     if spec == "demo":
         return DemoScenario(fleet=nks_demo_nodes())
     if spec == "empty":
         return EmptyScenario()
     kind, _, count = spec.partition(":")
-    if kind == "nodes" and count.isdigit():
-        return NodeFleetScenario(int(count))
-    raise ValueError(f"unknown scenario {spec!r}; use demo, empty or nodes:N")
+    if kind in ("nodes", "cluster") and count.isdigit():
+        return NodeFleetScenario(int(count), with_nodes=kind == "cluster")
+    raise ValueError(f"unknown scenario {spec!r}; use demo, empty, nodes:N or cluster:N")
 
 
 class ScenarioRunner:

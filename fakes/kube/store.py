@@ -14,8 +14,8 @@ import orjson
 
 from fakes.kube import errors
 from fakes.kube.node_store import NodeOperations
+from fakes.kube.node_traffic import NodeTraffic
 from fakes.kube.patches import Patcher
-from fakes.kube.renewals import RenewalTraffic
 from fakes.kube.resources import (
     CLIENT_METADATA_KEYS,
     LEASE_CANDIDATES,
@@ -48,7 +48,7 @@ _TOO_OLD_CONTINUE = (
 )
 
 
-class ObjectStore(RenewalTraffic, NodeOperations):
+class ObjectStore(NodeTraffic, NodeOperations):
     """Leases, LeaseCandidates and Nodes with etcd-like resourceVersions and a bounded watch
     history.
 

@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 from fakes.kube import DemoScenario, FakeApiServer, ScenarioRunner, make_scenario
 from fakes.kube.demo_nodes import DEMO_NKS_CLUSTER
 from fakes.kube.node_scenarios import NODE_LEASE_NAMESPACE, add_node, remove_node
+from fakes.kube.resources import LEASES, NODES
 from fakes.kube.store import ObjectStore
 from fakes.nks.scenarios import (
     DEFAULT_PASSWORD,
@@ -639,3 +640,61 @@ def test_setup_demo_registers_the_fake_apiserver_as_the_nks_cluster_it_plays() -
     # Renamed, not doubled; and under the name the NKS cluster's pages look for.
     assert list(KubeCluster.objects.values_list("name", flat=True)) == [DEMO_NKS_CLUSTER]
     assert kube_name(DEMO_NKS_CLUSTER) == DEMO_NKS_CLUSTER
+
+
+# --- bulk traffic ------------------------------------------------------------------------
+
+
+def test_seed_nodes_registers_ready_nodes_with_owned_leases() -> None:
+    store = ObjectStore(clock=lambda: T0)
+
+    names = store.seed_nodes(3, labels={"magnum.openstack.org/nodegroup": "pool"})
+
+    nodes = store.list_nodes()
+    leases = store.list_leases(NODE_LEASE_NAMESPACE)
+    assert names == ["node-00000", "node-00001", "node-00002"]
+    assert [node["metadata"]["name"] for node in nodes] == names
+    assert {_conditions(node)["Ready"]["status"] for node in nodes} == {"True"}
+    assert nodes[1]["metadata"]["labels"]["magnum.openstack.org/nodegroup"] == "pool"
+    assert [lease["metadata"]["ownerReferences"][0]["uid"] for lease in leases] == [
+        node["metadata"]["uid"] for node in nodes
+    ]
+    assert len({node["spec"]["providerID"] for node in nodes}) == 3
+
+
+def test_bulk_status_posts_move_only_the_heartbeat() -> None:
+    clock = [T0]
+    store = ObjectStore(clock=lambda: clock[0])
+    store.seed_nodes(2)
+    before = {node["metadata"]["name"]: node for node in store.list_nodes()}
+    start = store.resource_version
+    clock[0] = T0 + 30
+
+    last = store.emit_node_status(5)
+
+    assert last == start + 5
+    for node in store.list_nodes():
+        old = before[node["metadata"]["name"]]
+        assert node["spec"] == old["spec"]
+        assert node["metadata"]["labels"] == old["metadata"]["labels"]
+        for new_condition, old_condition in zip(
+            node["status"]["conditions"], old["status"]["conditions"], strict=True
+        ):
+            assert new_condition["lastHeartbeatTime"] == "2027-01-15T08:00:30Z"
+            assert new_condition["lastTransitionTime"] == old_condition["lastTransitionTime"]
+
+
+def test_the_cluster_scenario_renews_leases_and_posts_statuses() -> None:
+    store = ObjectStore()
+    runner = ScenarioRunner(store, make_scenario("cluster:20"), start_time=T0)
+    runner.advance(0)
+    start = store.resource_version
+
+    runner.advance(60)
+
+    assert store.count(NODES) == store.count(LEASES) == 20
+    # Six renewals and one status post per node in a minute.
+    assert store.resource_version - start == 20 * 6 + 20
+    for node in store.list_nodes():
+        beat = _conditions(node)["Ready"]["lastHeartbeatTime"]
+        assert beat >= "2027-01-15T08:00:00Z"

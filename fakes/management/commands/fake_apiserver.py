@@ -39,7 +39,7 @@ class Command(BaseCommand):
             type=_scenario,
             default="demo",
             help="demo (the fake NKS staging-web cluster: its Nodes, Leases and troubles), "
-            "nodes:N or empty",
+            "nodes:N (node leases), cluster:N (Nodes and their leases) or empty",
         )
         parser.add_argument(
             "--kubeconfig-out", type=Path, metavar="FILE", help="write a kubeconfig (mode 0600)"
