@@ -2,7 +2,8 @@
 
 Labels: `k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`, `k notin (a,b)`, comma-separated
 (all must hold). Fields: `metadata.name` and `metadata.namespace` with `=`, `==`, `!=`, the
-only field labels the apiserver supports for Leases.
+only field labels the apiserver supports for Leases. For Nodes the apiserver also supports
+`spec.unschedulable`; this fake does not (a 400), as no client of the dashboard selects by it.
 """
 
 from __future__ import annotations

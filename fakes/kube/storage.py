@@ -3,9 +3,10 @@
 It plays etcd: every write gets the next global resourceVersion and appends one
 pre-serialized watch event, so a watch is a cursor into a list and costs nothing per event
 beyond filtering and a socket write. Stored objects are copy-on-write (a write builds new
-`metadata` and `spec` dicts and never mutates old ones), so readers may serialize a
-reference they took under the lock after releasing it. The apiserver's verbs on top are in
-`store`, bulk renewal traffic in `renewals`.
+`metadata`, `spec` and `status` dicts and never mutates old ones), so readers may serialize
+a reference they took under the lock after releasing it. The apiserver's verbs on top are in
+`store`, bulk renewal traffic in `renewals`, Nodes as the cluster's actors write them in
+`node_store` and by the thousand in `node_traffic`.
 """
 
 from __future__ import annotations

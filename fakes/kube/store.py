@@ -1,5 +1,6 @@
-"""The apiserver's verbs (get, list, create, update, delete, watch) over the stored objects,
-and the direct operations tests and scenarios use to set a cluster up."""
+"""The apiserver's verbs (get, list, create, update, patch, delete, watch; for Nodes also
+their status subresource) over the stored objects, and the direct operations tests and
+scenarios use to set a cluster up."""
 
 from __future__ import annotations
 
