@@ -1,20 +1,24 @@
 """In Chromium: the nodegroup page shows a node going NotReady without a reload.
 
-The Node row is updated in the database while the page is open, as the Node watch writes it
-(the watcher's own path, over the fake Kubernetes API, is tested with the watcher); the page's
-HTMX refresh brings the change in place.
+Twice: with the Node row updated in the database while the page is open (as the Node watch
+writes it: the page's part alone), and end to end, with a live watcher reading the fake
+Kubernetes API whose Node's Ready condition is flipped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from leases.models import ConditionStatus, KubeCluster
+from fakes.kube import FakeApiServer
+from fakes.kube.node_scenarios import add_node
+from leases.models import NODEGROUP_LABEL, ConditionStatus, KubeCluster
 from tests.alerts.factories import make_account, make_nks_cluster, make_nodegroup
+from tests.leases.test_watcher import TOKEN, RunningWatcher, register
 from tests.nks.nodes import make_node, set_ready, watched_cluster
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -56,3 +60,45 @@ def test_nodegroup_page_shows_a_node_going_notready_without_a_reload(
         "NKS counts 3:0 ready:not ready in pool-a; the cluster's Nodes say 2:1."
     )
     assert page.evaluate("window.__still_the_same_page === true"), "the page was reloaded"
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    server = FakeApiServer(token=TOKEN, bookmark_interval=0.5).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_node_the_live_watcher_sees_go_notready_changes_the_open_page(
+    live_server: Any, page: Any, django_user_model: Any, settings: Any, apiserver: FakeApiServer
+) -> None:
+    settings.PAGE_REFRESH_SECONDS = 1
+    cluster = make_nks_cluster(make_account(), "prod")
+    make_nodegroup(cluster, "pool-a", node_count=3, ready=3, not_ready=0)
+    for index in range(3):
+        add_node(
+            apiserver.store,
+            f"prod-pool-a-{index}",
+            provider_id=f"openstack:///{INSTANCES[index]}",
+            labels={NODEGROUP_LABEL: "pool-a"},
+        )
+    kube = register(apiserver, name="prod")  # the NKS cluster's name: linked by it
+    django_user_model.objects.create_user("erin", password="engineer-pass-123")
+
+    with RunningWatcher(kube):
+        page.goto(f"{live_server.url}/login/?next=/clusters/{cluster.uuid}/nodegroups/pool-a/")
+        page.fill("#id_username", "erin")
+        page.fill("#id_password", "engineer-pass-123")
+        page.click("button[type=submit]")
+        row = page.locator('#nodes tr[data-node="prod-pool-a-1"]')
+        expect(row).to_have_attribute("data-ready", "True", timeout=15_000)
+        expect(row).to_contain_text(INSTANCES[1])
+        page.evaluate("window.__still_the_same_page = true")
+
+        apiserver.store.set_node_ready("prod-pool-a-1", False, reason="KubeletNotReady")
+
+        expect(row).to_have_attribute("data-ready", "False", timeout=15_000)
+        expect(row).to_contain_text("KubeletNotReady")
+        assert page.evaluate("window.__still_the_same_page === true"), "the page was reloaded"
