@@ -42,10 +42,17 @@ class NodeChoiceField(forms.MultipleChoiceField):
         self.aliases: dict[str, str] = {}
         self.refusals: dict[str, str] = {}
         self.nodegroup_name = ""
+        self.watched = True
 
     def validate(self, value: Any) -> None:
         if self.required and not value:
             raise forms.ValidationError(self.error_messages["required"], code="required")
+        if value and not self.watched:
+            raise forms.ValidationError(
+                "The cluster is not watched, so its nodes are unknown and none can be named: "
+                "leave nodes_to_remove out and NKS picks the nodes it removes.",
+                code="unwatched",
+            )
         problems = []
         for item in value:
             if item in self.aliases:
@@ -118,6 +125,7 @@ class ResizeForm(forms.Form):
         assert isinstance(field, NodeChoiceField)
         field.choices = [(node.instance.uuid, node_label(node)) for node in self.removable]
         field.nodegroup_name = nodegroup.name
+        field.watched = nodes is not None
         for node in self.removable:
             assert node.instance.uuid is not None
             field.aliases[node.name] = field.aliases[node.instance.uuid] = node.instance.uuid

@@ -188,6 +188,21 @@ def test_an_unwatched_cluster_lets_nks_pick_and_offers_to_watch_it(
     body = fake_nks.requests_seen(RESIZE_POSTS, method="POST")[0].body
     assert "nodes_to_remove" not in body and body["node_count"] == 2
 
+    # Naming a node anyway (a crafted POST, or the API) says why none can be named.
+    refused = operator_client.post(
+        page_url("resize/"),
+        {
+            "node_count": "1",
+            "nodes_to_remove": ["some-node"],
+            "reason": "cost",
+            "confirm_name": "default-worker",
+        },
+    )
+    assert refused.status_code == 400
+    assert "The cluster is not watched, so its nodes are unknown and none can be named" in (
+        html.unescape(refused.content.decode())
+    )
+
     # The one click, from the nodegroup page, comes back to it.
     group = default_worker()
     response = operator_client.post(
