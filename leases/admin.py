@@ -94,6 +94,18 @@ class KubeClusterAdmin(admin.ModelAdmin):
             "config_warning",
             "skipped_objects_total",
             "candidates_api",
+            "candidates_problem",
+            "nodes_watch",
+            "nodes_connected_since",
+            "nodes_last_list_at",
+            "nodes_last_event_at",
+            "nodes_resource_version",
+            "nodes_events_total",
+            "nodes_relists_total",
+            "nodes_reconnects_total",
+            "nodes_lag_seconds",
+            "nodes_last_error",
+            "nodes_last_error_at",
         ]
 
     def get_fields(self, request: HttpRequest, obj: KubeCluster | None = None) -> list[str]:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dashboard.metrics import DatabaseCollector
-from leases.models import KubeCluster, Lease, LeaseClass, LeaseState
+from leases.models import KubeCluster, Lease, LeaseClass, LeaseState, ResourceWatchState
 from leases.queries import held_count, state_counts
 
 PREFIX = "lease_dashboard"
@@ -34,6 +34,12 @@ class WatchMetrics:
     connected: bool
     stale: bool
     last_event_age_seconds: float | None
+    # The Node watch of the same cluster.
+    nodes_watch: str
+    nodes_events_total: int
+    nodes_reconnects_total: int
+    nodes_relists_total: int
+    nodes_lag_seconds: float
 
 
 def watch_metrics(now: datetime) -> list[WatchMetrics]:
@@ -50,6 +56,11 @@ def watch_metrics(now: datetime) -> list[WatchMetrics]:
             last_event_age_seconds=(
                 (now - cluster.last_event_at).total_seconds() if cluster.last_event_at else None
             ),
+            nodes_watch=cluster.nodes_watch,
+            nodes_events_total=cluster.nodes_events_total,
+            nodes_reconnects_total=cluster.nodes_reconnects_total,
+            nodes_relists_total=cluster.nodes_relists_total,
+            nodes_lag_seconds=cluster.nodes_lag_seconds,
         )
         for cluster in clusters
     ]
@@ -151,7 +162,8 @@ class LeaseCollector(DatabaseCollector):
             "Seconds since the last watch event (-1: never).",
             labels=["cluster"],
         )
-        for cluster in watch_metrics(now):
+        clusters = watch_metrics(now)
+        for cluster in clusters:
             labels = [cluster.cluster]
             events.add_metric(labels, cluster.events_total)
             reconnects.add_metric(labels, cluster.reconnects_total)
@@ -162,6 +174,7 @@ class LeaseCollector(DatabaseCollector):
             age = cluster.last_event_age_seconds
             event_age.add_metric(labels, -1.0 if age is None else age)
         yield from (events, reconnects, relists, lag, connected, stale, event_age)
+        yield from node_watch_families(clusters)
 
         leases = GaugeMetricFamily(
             f"{PREFIX}_leases",
@@ -190,6 +203,40 @@ class LeaseCollector(DatabaseCollector):
             if lease.transitions is not None:
                 transitions.add_metric(labels, lease.transitions)
         yield from (until_expiry, transitions)
+
+
+def node_watch_families(clusters: list[WatchMetrics]) -> Iterable[Metric]:
+    """The Node watch of each cluster: its state (one series per state, zero-filled so an
+    alert on `state="forbidden"` sees it end) and its counters."""
+    state = GaugeMetricFamily(
+        f"{PREFIX}_node_watch_state",
+        "1 for the Node watch's current state (watching, reconnecting, forbidden, …).",
+        labels=["cluster", "state"],
+    )
+    events = CounterMetricFamily(
+        f"{PREFIX}_node_watch_events", "Node watch events received.", labels=["cluster"]
+    )
+    reconnects = CounterMetricFamily(
+        f"{PREFIX}_node_watch_reconnects", "Node watch connections re-opened.", labels=["cluster"]
+    )
+    relists = CounterMetricFamily(
+        f"{PREFIX}_node_watch_relists",
+        "Full Node lists (the first, and after 410 Gone).",
+        labels=["cluster"],
+    )
+    lag = GaugeMetricFamily(
+        f"{PREFIX}_node_watch_lag_seconds",
+        "Worst delay from Node event to database commit in the last flush that wrote.",
+        labels=["cluster"],
+    )
+    for cluster in clusters:
+        for value in ResourceWatchState.values:
+            state.add_metric([cluster.cluster, value], 1 if cluster.nodes_watch == value else 0)
+        events.add_metric([cluster.cluster], cluster.nodes_events_total)
+        reconnects.add_metric([cluster.cluster], cluster.nodes_reconnects_total)
+        relists.add_metric([cluster.cluster], cluster.nodes_relists_total)
+        lag.add_metric([cluster.cluster], cluster.nodes_lag_seconds)
+    return (state, events, reconnects, relists, lag)
 
 
 _registered = False

@@ -97,8 +97,8 @@ class ResourceReader:
         *,
         connect: Callable[[], Any],
         forget_connection: Callable[[], None],
+        stop: threading.Event,
         stopping: Callable[[], bool],
-        wait: Callable[[float], object],
         backoff: Backoff,
         watch_timeout_seconds: int,
     ) -> None:
@@ -106,8 +106,8 @@ class ResourceReader:
         self.resource = resource
         self._connect = connect
         self._forget_connection = forget_connection
+        self._stop = stop
         self._stopping = stopping
-        self._wait = wait
         self.backoff = backoff
         self.watch_timeout_seconds = watch_timeout_seconds
         # The newest resourceVersion read: what the status may claim once a flush drains.
@@ -158,7 +158,7 @@ class ResourceReader:
                 delay = self.backoff.next_delay(error.kind)
                 status.failed(error.message, kind=error.kind)
                 logger.warning("cluster %s: %s (retrying in %.0f s)", self.cluster_id, error, delay)
-                self._wait(delay)
+                self._stop.wait(delay)
             except Exception as exc:
                 # A failure nobody foresaw (a value the HTTP client refuses, the database
                 # going away): a reader that ended here would leave the resource unwatched
@@ -180,7 +180,7 @@ class ResourceReader:
                     delay,
                     "".join(traceback.format_tb(exc.__traceback__)),
                 )
-                self._wait(delay)
+                self._stop.wait(delay)
 
     def _relist(self, api: object) -> str:
         ingestor, key_of = self.resource.ingestor, self.resource.key_of
@@ -221,7 +221,7 @@ class ResourceReader:
         delivered = False
         try:
             for line in stream.lines():
-                if self._stopping():
+                if self._stop.is_set():  # SHUTDOWN reaches here as a stop (housekeeping)
                     break
                 if not delivered:
                     # A stream that delivers is a server that works: a break after it waits

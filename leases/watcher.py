@@ -165,8 +165,8 @@ class LeaseWatcher:
             resource,
             connect=self._connect,
             forget_connection=self._forget_connection,
+            stop=self.stop,
             stopping=self._stopping,
-            wait=self.stop.wait,
             backoff=backoff,
             watch_timeout_seconds=self.watch_timeout_seconds,
         )

@@ -225,3 +225,20 @@ def test_node_lists_are_paged(
     finally:
         stream.close()
     assert b'"MODIFIED"' in line and b"worker-0" in line
+
+
+def test_metrics_say_where_each_node_watch_stands(apiserver: FakeApiServer, client: Client) -> None:
+    add_worker(apiserver, "worker-1")
+    apiserver.forbid("nodes")
+    cluster = register(apiserver)
+    with RunningWatcher(cluster):
+        eventually(lambda: status(cluster).nodes_watch == ResourceWatchState.FORBIDDEN)
+        forbidden = client.get("/metrics").content.decode()
+        apiserver.allow("nodes")
+        eventually(lambda: status(cluster).nodes_watch == ResourceWatchState.WATCHING, timeout=10)
+        watching = client.get("/metrics").content.decode()
+    assert 'lease_dashboard_node_watch_state{cluster="test",state="forbidden"} 1.0' in forbidden
+    assert 'lease_dashboard_node_watch_state{cluster="test",state="watching"} 0.0' in forbidden
+    assert 'lease_dashboard_node_watch_state{cluster="test",state="forbidden"} 0.0' in watching
+    assert 'lease_dashboard_node_watch_state{cluster="test",state="watching"} 1.0' in watching
+    assert 'lease_dashboard_node_watch_relists_total{cluster="test"} 1.0' in watching
