@@ -9,18 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import lru_cache
+from functools import cache, lru_cache
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
+
+from django.db.models.query import RawQuerySet
 
 from dashboard.flapping import FlapPolicy, flap_policy
 from dashboard.links import lease_url
 from dashboard.timefmt import format_duration, iso_js, relative_text
 from leases.cursors import SORT_KEYS, Cursor
-from leases.models import (
-    LeaseState,
-    lease_state,
-)
+from leases.models import KubeCluster, LeaseState, lease_state
 from leases.presenters.display import (
     CLASS_LABELS,
     HOLDER_DISPLAY_CHARS,
@@ -29,7 +28,7 @@ from leases.presenters.display import (
     leases_prefix,
     shorten,
 )
-from leases.presenters.watchers import ClusterStatus, cluster_statuses
+from leases.presenters.watchers import ClusterStatus, cluster_status
 from leases.queries import LeaseFilters, table_page
 
 PAGE_SIZE = 100
@@ -159,6 +158,19 @@ def build_lease_row(
     )
 
 
+def watched_clusters() -> RawQuerySet[KubeCluster]:
+    """The clusters of the watchers' status line, as the Clusters page reads them (by name,
+    kubeconfig never read), from SQL compiled once: every refresh asks the same."""
+    return KubeCluster.objects.raw(_watched_clusters_sql())
+
+
+@cache
+def _watched_clusters_sql() -> str:
+    # A fixed question: nothing of the request is in it, so it has no parameters.
+    sql, _ = KubeCluster.objects.defer("kubeconfig").order_by("name").query.sql_with_params()
+    return sql
+
+
 def lease_table(
     filters: LeaseFilters,
     now: datetime,
@@ -170,7 +182,7 @@ def lease_table(
     # Asked once: the filter, the counts and the rows judge flapping by the same policy.
     policy = flap_policy()
     if clusters is None:
-        clusters = cluster_statuses(now)
+        clusters = [cluster_status(cluster, now) for cluster in watched_clusters()]
     cluster_ids = {cluster.name: cluster.id for cluster in clusters}
     page = table_page(filters, now, cluster_ids, policy, cursor, limit)
     prefix = leases_prefix()
