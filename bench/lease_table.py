@@ -8,10 +8,11 @@ and re-created), migrates it, writes 15,000 leases and some holder history, logs
 and for each shared-cache setting (LEASE_TABLE_CACHE_SECONDS; 0 renders every request)
 starts gunicorn on a free port (DJANGO_ENV=development, DEBUG=false) and runs wrk against the
 `lease-table` partial with the HX-Request/HX-Target headers and the session cookie, at 10 and
-20 connections. Prints requests/s, p50 and p99 for each and, when one run is uncached, how it
-compares with the cached run of the same invocation (the target: at least 60 %) and with
---uncached-before (the target: at least 2.5 times). Stops everything it started (gunicorn,
-the temporary directory, the database unless --keep-database).
+20 connections. Prints requests/s, p50 and p99 for each, the CPU time each request cost in
+gunicorn and in PostgreSQL (steadier than req/s on a busy machine) and, when one run is
+uncached, how it compares with the cached run of the same invocation (the target: at least
+60 %) and with --uncached-before (the target: at least 2.5 times). Stops everything it
+started (gunicorn, the temporary directory, the database unless --keep-database).
 """
 
 from __future__ import annotations
@@ -231,7 +232,9 @@ def populate(count: int) -> str:
     ]
     LeaseTransition.objects.bulk_create(history, batch_size=2_000)
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+        # As autovacuum leaves a table after a bulk load: statistics, and a visibility map
+        # that lets the per-row holder-change counts read the index alone.
+        cursor.execute("VACUUM ANALYZE")
 
     user = User.objects.create_user("bench")
     session = SessionStore()
@@ -337,24 +340,45 @@ def stop(gunicorn: subprocess.Popen[bytes]) -> None:
         gunicorn.wait()
 
 
+def _cpu_seconds(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU seconds) of a process, from /proc; None once it ended."""
+    try:
+        # After the ")" that ends the command name: state, ppid, ..., utime, stime.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_cpu_seconds(master: int) -> float:
     """User + system CPU time of gunicorn's master and workers so far, from /proc.
 
     Requests per second move with whatever else the machine runs; the CPU each request costs
     in the server barely does, so the two together say whether a change made it cheaper.
     """
-    total = 0
+    total = 0.0
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            # After the ")" that ends the command name: state, ppid, ..., utime, stime.
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # the process ended meanwhile
-        if master in (int(entry.name), int(fields[1])):
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+        if entry.name.isdigit() and (found := _cpu_seconds(int(entry.name))) is not None:
+            parent, seconds = found
+            if master in (int(entry.name), parent):
+                total += seconds
+    return total
+
+
+def database_cpu_seconds(url: str) -> float | None:
+    """CPU time so far of the PostgreSQL backends serving the benchmark database (the
+    gunicorn workers' persistent connections), when the server runs on this machine."""
+    import psycopg
+
+    maintenance, name = admin_url(url)
+    with psycopg.connect(maintenance, autocommit=True) as connection:
+        pids = connection.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", [name]
+        ).fetchall()
+    found = [_cpu_seconds(pid) for (pid,) in pids]
+    if not pids or any(cpu is None for cpu in found):
+        return None  # another machine's, or a backend came or went meanwhile
+    return sum(cpu[1] for cpu in found if cpu is not None)
 
 
 def measure(
@@ -373,12 +397,19 @@ def measure(
         results = []
         for connections_count in [int(c) for c in args.connections.split(",")]:
             cpu_before = server_cpu_seconds(gunicorn.pid)
+            db_before = database_cpu_seconds(args.database_url)
             result = run_wrk(url, script, connections_count, args.duration)
             cpu_ms = (server_cpu_seconds(gunicorn.pid) - cpu_before) * 1000 / result.requests
+            db_after = database_cpu_seconds(args.database_url)
+            db_ms = (
+                f"{(db_after - db_before) * 1000 / result.requests:>9.2f}"
+                if db_before is not None and db_after is not None
+                else f"{'?':>9}"
+            )
             print(
                 f"{env['LEASE_TABLE_CACHE_SECONDS']:>7} {result.connections:>8} "
                 f"{result.requests_per_second:>9.1f} {result.p50_ms:>8.1f} {result.p99_ms:>8.1f} "
-                f"{result.non_2xx:>8} {result.socket_errors:>7} {cpu_ms:>9.2f}",
+                f"{result.non_2xx:>8} {result.socket_errors:>7} {cpu_ms:>9.2f} {db_ms}",
                 flush=True,
             )
             results.append(result)
@@ -450,7 +481,8 @@ def main() -> int:
             f"{args.workers} {args.worker_class} workers x {args.threads} threads, "
             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
             f"{args.duration} s per run; cache s: LEASE_TABLE_CACHE_SECONDS "
-            "(0 renders every request); cpu ms/req: gunicorn's own CPU time per request"
+            "(0 renders every request); cpu ms/req: gunicorn's own CPU time per request; "
+            "db ms/req: PostgreSQL's (its backends for the benchmark database)"
         )
         header = (
             "cache s",
@@ -461,8 +493,9 @@ def main() -> int:
             "non-2xx",
             "errors",
             "cpu ms/req",
+            "db ms/req",
         )
-        print("{:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>7} {:>9}".format(*header))
+        print("{:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>7} {:>9} {:>9}".format(*header))
         by_cache: dict[str, list[Result]] = {}
         for seconds in args.cache_seconds.split(","):
             run_env = {**env, "LEASE_TABLE_CACHE_SECONDS": seconds.strip()}
