@@ -85,6 +85,10 @@ class WatchedResource:
     key_of: Callable[[Any], Hashable | None]
     ingestor: Ingestor
     status: ResourceStatus
+    # Failures after which the cluster's connection is built again from its row: someone
+    # may have fixed the kubeconfig. Not a 403 on Nodes alone: RBAC is checked per request,
+    # and dropping the shared client would pause the LeaseCandidates refresh for nothing.
+    reconnect_on: frozenset[str] = frozenset({"auth", "forbidden", "tls", "config"})
 
 
 class ResourceReader:
@@ -153,8 +157,8 @@ class ResourceReader:
                 if error.kind == "gone":
                     resource_version = ""
                     continue
-                if error.kind in {"auth", "forbidden", "tls", "config"}:
-                    self._forget_connection()  # someone may fix the kubeconfig: read it again
+                if error.kind in self.resource.reconnect_on:
+                    self._forget_connection()
                 delay = self.backoff.next_delay(error.kind)
                 status.failed(error.message, kind=error.kind)
                 logger.warning("cluster %s: %s (retrying in %.0f s)", self.cluster_id, error, delay)

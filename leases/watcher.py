@@ -132,6 +132,7 @@ class LeaseWatcher:
                 key_of=node_name_of,
                 ingestor=NodeIngestor(self.cluster_id),
                 status=self.node_status,
+                reconnect_on=frozenset({"auth", "tls", "config"}),
             ),
             self.backoff.fresh(),
         )

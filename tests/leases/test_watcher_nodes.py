@@ -21,11 +21,13 @@ from leases.models import (
     ConditionStatus,
     KubeCluster,
     Lease,
+    LeaseCandidate,
     Node,
     NodeReadyChange,
     ResourceWatchState,
 )
 from leases.services import run_watcher
+from leases.watcher import Backoff
 from tests.leases.test_watcher import (
     TOKEN,
     RunningWatcher,
@@ -153,7 +155,10 @@ def test_a_403_on_nodes_is_said_in_words_and_leases_keep_working(
     add_worker(apiserver, "worker-1")
     apiserver.forbid("nodes")
     cluster = register(apiserver)
-    with RunningWatcher(cluster):
+    # The Node watch retries a 403 every 10 s here: long enough to see that nothing else
+    # waits for it.
+    backoff = Backoff(base=0.2, maximum=0.5, auth_base=10.0, auth_maximum=10.0)
+    with RunningWatcher(cluster, backoff=backoff):
         eventually(lambda: status(cluster).nodes_watch == ResourceWatchState.FORBIDDEN)
         # Leases: listed, watched, changes written, no error on the Lease watch.
         eventually(lambda: Lease.objects.filter(name="worker-1").exists())
@@ -165,6 +170,18 @@ def test_a_403_on_nodes_is_said_in_words_and_leases_keep_working(
         assert "grant get, list and watch on nodes" in row.nodes_last_error
         assert TOKEN not in row.nodes_last_error
         assert not Node.objects.exists()
+        # Nor does the LeaseCandidates refresh pause while the Node watch waits to retry.
+        apiserver.store.apply_candidate(
+            "kube-system",
+            "kube-scheduler-master-0",
+            {
+                "leaseName": "kube-scheduler",
+                "binaryVersion": "1.33.4",
+                "emulationVersion": "1.33.0",
+                "strategy": "OldestEmulationVersion",
+            },
+        )
+        eventually(lambda: LeaseCandidate.objects.exists(), timeout=4)
         client.force_login(django_user_model.objects.create_user("erin"))
         page = client.get("/leases/clusters/").content.decode()
         assert (
@@ -175,7 +192,7 @@ def test_a_403_on_nodes_is_said_in_words_and_leases_keep_working(
 
         # Granted: the next attempt (backed off) lists the Nodes.
         apiserver.allow("nodes")
-        eventually(lambda: nodes_match_server(apiserver, cluster), timeout=10)
+        eventually(lambda: nodes_match_server(apiserver, cluster), timeout=15)
         eventually(lambda: status(cluster).nodes_watch == ResourceWatchState.WATCHING)
     assert status(cluster).nodes_last_error == ""
 
