@@ -113,30 +113,15 @@ def list_leases(
     api: k8s.ApiClient, continue_token: str = "", limit: int = LIST_PAGE_SIZE
 ) -> ListPage:
     """One page of Leases across all namespaces."""
-    coordination = k8s.CoordinationV1Api(api)
-    with _translated_errors(api, "list leases", LEASE_GRANT):
-        response = coordination.list_lease_for_all_namespaces(
-            limit=limit,
-            _continue=continue_token or None,
-            _preload_content=False,
-            _request_timeout=(CONNECT_TIMEOUT_SECONDS, LIST_READ_TIMEOUT_SECONDS),
-        )
-        return _list_page(_read_json(response, "lease list"), "lease list")
+    call = k8s.CoordinationV1Api(api).list_lease_for_all_namespaces
+    return _list_page(api, call, "leases", LEASE_GRANT, continue_token, limit)
 
 
 def list_nodes(
     api: k8s.ApiClient, continue_token: str = "", limit: int = LIST_PAGE_SIZE
 ) -> ListPage:
     """One page of Nodes (cluster-scoped)."""
-    core = k8s.CoreV1Api(api)
-    with _translated_errors(api, "list nodes", NODE_GRANT):
-        response = core.list_node(
-            limit=limit,
-            _continue=continue_token or None,
-            _preload_content=False,
-            _request_timeout=(CONNECT_TIMEOUT_SECONDS, LIST_READ_TIMEOUT_SECONDS),
-        )
-        return _list_page(_read_json(response, "node list"), "node list")
+    return _list_page(api, k8s.CoreV1Api(api).list_node, "nodes", NODE_GRANT, continue_token, limit)
 
 
 def iter_all_leases(api: k8s.ApiClient, limit: int = LIST_PAGE_SIZE) -> Iterator[ListPage]:
@@ -161,7 +146,23 @@ def _iter_pages(
         continue_token = page.continue_token
 
 
-def _list_page(body: dict[str, Any], what: str) -> ListPage:
+def _list_page(
+    api: k8s.ApiClient,
+    call: Callable[..., Any],
+    plural: str,
+    grant: str,
+    continue_token: str,
+    limit: int,
+) -> ListPage:
+    what = f"{plural.removesuffix('s')} list"
+    with _translated_errors(api, f"list {plural}", grant):
+        response = call(
+            limit=limit,
+            _continue=continue_token or None,
+            _preload_content=False,
+            _request_timeout=(CONNECT_TIMEOUT_SECONDS, LIST_READ_TIMEOUT_SECONDS),
+        )
+        body = _read_json(response, what)
     metadata = body.get("metadata") or {}
     items = body.get("items")
     if not isinstance(items, list):
@@ -214,29 +215,30 @@ class WatchStream:
 def open_lease_watch(
     api: k8s.ApiClient, resource_version: str, timeout_seconds: int
 ) -> WatchStream:
-    """A watch of all Leases from `resource_version`, with bookmarks.
-
-    The read timeout is longer than the server's own `timeoutSeconds`, so a healthy but quiet
-    stream ends by the server, and only a dead connection ends by our timeout.
-    """
-    coordination = k8s.CoordinationV1Api(api)
-    with _translated_errors(api, "watch leases", LEASE_GRANT):
-        response = coordination.list_lease_for_all_namespaces(
-            watch=True,
-            allow_watch_bookmarks=True,
-            resource_version=resource_version,
-            timeout_seconds=timeout_seconds,
-            _preload_content=False,
-            _request_timeout=(CONNECT_TIMEOUT_SECONDS, timeout_seconds + 30),
-        )
-    return WatchStream(api, response, "watch leases", LEASE_GRANT)
+    """A watch of all Leases from `resource_version`, with bookmarks."""
+    call = k8s.CoordinationV1Api(api).list_lease_for_all_namespaces
+    return _open_watch(api, call, "leases", LEASE_GRANT, resource_version, timeout_seconds)
 
 
 def open_node_watch(api: k8s.ApiClient, resource_version: str, timeout_seconds: int) -> WatchStream:
-    """A watch of all Nodes from `resource_version`, with bookmarks (as open_lease_watch)."""
-    core = k8s.CoreV1Api(api)
-    with _translated_errors(api, "watch nodes", NODE_GRANT):
-        response = core.list_node(
+    """A watch of all Nodes from `resource_version`, with bookmarks."""
+    call = k8s.CoreV1Api(api).list_node
+    return _open_watch(api, call, "nodes", NODE_GRANT, resource_version, timeout_seconds)
+
+
+def _open_watch(
+    api: k8s.ApiClient,
+    call: Callable[..., Any],
+    plural: str,
+    grant: str,
+    resource_version: str,
+    timeout_seconds: int,
+) -> WatchStream:
+    """The read timeout is longer than the server's own `timeoutSeconds`, so a healthy but
+    quiet stream ends by the server, and only a dead connection ends by our timeout."""
+    action = f"watch {plural}"
+    with _translated_errors(api, action, grant):
+        response = call(
             watch=True,
             allow_watch_bookmarks=True,
             resource_version=resource_version,
@@ -244,7 +246,7 @@ def open_node_watch(api: k8s.ApiClient, resource_version: str, timeout_seconds: 
             _preload_content=False,
             _request_timeout=(CONNECT_TIMEOUT_SECONDS, timeout_seconds + 30),
         )
-    return WatchStream(api, response, "watch nodes", NODE_GRANT)
+    return WatchStream(api, response, action, grant)
 
 
 def list_lease_candidates(api: k8s.ApiClient) -> tuple[str, list[dict[str, Any]]]:
