@@ -145,7 +145,9 @@ def unsupported_value(field: str, value: str, supported: Sequence[str]) -> Field
 
 
 def invalid(kind: str, name: str, errors: Sequence[FieldError], group: str = GROUP) -> ApiError:
-    joined = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(map(str, errors)) + "]"
+    # The message lists each distinct problem once (ToAggregate), the causes every one.
+    distinct = list(dict.fromkeys(map(str, errors)))
+    joined = distinct[0] if len(distinct) == 1 else "[" + ", ".join(distinct) + "]"
     causes = [
         {"reason": error.cause_reason, "message": error.detail, "field": error.field}
         for error in errors
@@ -199,15 +201,9 @@ def method_not_allowed() -> ApiError:
     )
 
 
-def unsupported_media_type(accepted: Sequence[str]) -> ApiError:
-    return ApiError(
-        status_body(
-            415,
-            "UnsupportedMediaType",
-            "the body of the request was in an unknown format - accepted media types include: "
-            + ", ".join(accepted),
-        )
-    )
+def unsupported_media_type() -> ApiError:
+    # What a 1.24 apiserver answers a PATCH with a content type it has no patcher for.
+    return ApiError(status_body(415, "UnsupportedMediaType", "415: Unsupported Media Type", {}))
 
 
 def unauthorized() -> ApiError:

@@ -8,6 +8,7 @@ apiserver checks for Nodes is validated (taint effects and keys, the providerID 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from fakes.kube import errors
 from fakes.kube.errors import FieldError
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 # NodeSystemInfo: every field is a plain Go string, written even when empty.
 NODE_INFO_FIELDS = (
     "machineID",
@@ -30,8 +32,6 @@ NODE_INFO_FIELDS = (
     "operatingSystem",
     "architecture",
 )
-_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                             r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")  # fmt: skip
 
 
 class _Decoder:
@@ -214,26 +214,67 @@ def clean_node_status(status: Any, version: str, *, python_values: bool = False)
     return cleaned
 
 
-def validate_node_spec(
-    spec: Mapping[str, Any], old_spec: Mapping[str, Any] | None
-) -> list[FieldError]:
-    """What ValidateNode and ValidateNodeUpdate check in the spec."""
+_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAME_PART_RULE = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+_SUBDOMAIN_RULE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+
+
+def _qualified_name_problems(value: str) -> list[str]:
+    """IsQualifiedName's messages: an optional DNS-subdomain prefix, '/', a name part."""
+    parts = value.split("/")
+    if len(parts) > 2:
+        return [
+            f"a qualified name {_NAME_PART_RULE} with an optional DNS subdomain prefix and '/' "
+            "(e.g. 'example.com/MyName')"
+        ]
+    problems = []
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            problems.append("prefix part must be non-empty")
+        elif len(prefix) > 253:
+            problems.append("prefix part must be no more than 253 characters")
+        elif not _DNS_SUBDOMAIN.match(prefix):
+            problems.append(f"prefix part {_SUBDOMAIN_RULE}")
+    if not name:
+        problems.append("name part must be non-empty")
+    elif len(name) > 63:
+        problems.append("name part must be no more than 63 characters")
+    if name and not _QUALIFIED_NAME_PART.match(name):
+        problems.append(f"name part {_NAME_PART_RULE}")
+    return problems
+
+
+def _go_taint(taint: Mapping[str, Any]) -> str:
+    """A taint as Go's %#v prints core.Taint (the Duplicate message quotes it so)."""
+    added = "<nil>" if taint.get("timeAdded") is None else "(*v1.Time)(0xc000a1e0c0)"
+    return (
+        f"core.Taint{{Key:{json.dumps(taint['key'])}, Value:{json.dumps(taint.get('value', ''))}, "
+        f"Effect:{json.dumps(taint['effect'])}, TimeAdded:{added}}}"
+    )
+
+
+def _taint_problems(taints: list[Mapping[str, Any]]) -> list[FieldError]:
+    # 1.24 reports taints under "metadata.taints", not "spec.taints" (its field path).
     problems: list[FieldError] = []
     seen: set[tuple[str, str]] = set()
-    for index, taint in enumerate(spec.get("taints", ())):
-        path = f"spec.taints[{index}]"
+    for index, taint in enumerate(taints):
+        path = f"metadata.taints[{index}]"
         key, effect = taint["key"], taint["effect"]
         if not key:
             problems.append(errors.required_value(f"{path}.key"))
-        elif len(key) > 316 or not _QUALIFIED_NAME.match(key):
-            problems.append(
-                errors.invalid_value(
-                    f"{path}.key",
-                    key,
-                    "name part must consist of alphanumeric characters, '-', '_' or '.', and "
-                    "must start and end with an alphanumeric character",
-                )
-            )
+        for why in _qualified_name_problems(key) if key else []:
+            problems.append(errors.invalid_value(f"{path}.key", key, why))
         if not effect:
             problems.append(errors.required_value(f"{path}.effect"))
         elif effect not in TAINT_EFFECTS:
@@ -241,20 +282,41 @@ def validate_node_spec(
         if (key, effect) in seen:
             problems.append(
                 errors.FieldError(
-                    f"{path}",
+                    path,
                     "FieldValueDuplicate",
-                    f'Duplicate value: "{key}:{effect}": taints must be unique by key and effect '
-                    "pair",
+                    f"Duplicate value: {_go_taint(taint)}: taints must be unique by key and "
+                    "effect pair",
                 )
             )
         seen.add((key, effect))
-    if old_spec is not None:
-        old_id = old_spec.get("providerID", "")
-        if old_id and spec.get("providerID", "") != old_id:
-            problems.append(
-                errors.forbidden_value(
-                    "spec.providerID",
-                    'node updates may not change providerID except from "" to valid',
-                )
-            )
     return problems
+
+
+def admit_new_node(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The NodeTaint admission plugin: a new Node is tainted not-ready (NoSchedule) until
+    the node lifecycle controller sees it Ready, whatever status it registers with."""
+    taints = list(spec.get("taints", ()))
+    if not any(t["key"] == NOT_READY_TAINT and t["effect"] == "NoSchedule" for t in taints):
+        taints.append({"key": NOT_READY_TAINT, "effect": "NoSchedule"})
+    return {**spec, "taints": taints}
+
+
+def validate_node_spec(
+    spec: Mapping[str, Any], old_spec: Mapping[str, Any] | None
+) -> list[FieldError]:
+    """What ValidateNode (create) and ValidateNode + ValidateNodeUpdate (update) check in
+    the spec. An update checks the taints twice, so its causes list each problem twice (the
+    message names it once), as a 1.24 apiserver answers."""
+    taint_problems = _taint_problems(list(spec.get("taints", ())))
+    if old_spec is None:
+        return taint_problems
+    problems = list(taint_problems)
+    old_id = old_spec.get("providerID", "")
+    if old_id and spec.get("providerID", "") != old_id:
+        problems.append(
+            errors.forbidden_value(
+                "spec.providerID",
+                'node updates may not change providerID except from "" to valid',
+            )
+        )
+    return problems + taint_problems

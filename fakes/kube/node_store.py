@@ -23,13 +23,17 @@ from fakes.kube.kubelet import (
     UNKNOWN_REASON,
     Moment,
 )
-from fakes.kube.node_schema import clean_node_spec, clean_node_status, format_node_time
+from fakes.kube.node_schema import (
+    NOT_READY_TAINT,
+    clean_node_spec,
+    clean_node_status,
+    format_node_time,
+)
 from fakes.kube.resources import NODES, validate_name, validate_spec
 from fakes.kube.storage import StoreBase, StoredObject, with_kind
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
 class NodeOperations(StoreBase):

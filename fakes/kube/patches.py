@@ -4,7 +4,8 @@ The official Python client sends a dict body as a strategic merge patch and a li
 patch; kubectl uses strategic merge for built-in kinds. Strategic merge here knows the merge
 keys of the lists a Node client patches (conditions and addresses by `type`, owner references
 by `uid`); other lists are replaced, as they are for fields without a patch strategy. Server-side
-apply (application/apply-patch+yaml) is not served: it answers 415.
+apply (application/apply-patch+yaml) is not served: it answers 415 like an unknown type, where a
+real apiserver applies it.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def parse_patch(content_type: str | None, body: bytes) -> Patcher:
     """
     media_type = (content_type or "").split(";")[0].strip().lower()
     if media_type not in ACCEPTED:
-        raise errors.unsupported_media_type(ACCEPTED)
+        raise errors.unsupported_media_type()
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as error:

@@ -14,13 +14,14 @@ from typing import Any
 import orjson
 
 from fakes.kube import errors
+from fakes.kube.node_schema import admit_new_node
 from fakes.kube.node_store import NodeOperations
 from fakes.kube.node_traffic import NodeTraffic
 from fakes.kube.patches import Patcher
 from fakes.kube.resources import (
-    CLIENT_METADATA_KEYS,
     LEASE_CANDIDATES,
     LEASES,
+    NODES,
     ResourceType,
     clean_client_metadata,
     clean_spec,
@@ -134,6 +135,8 @@ class ObjectStore(NodeTraffic, NodeOperations):
             )
         client_metadata = clean_client_metadata(resource, metadata, version)
         spec = clean_spec(resource, body.get("spec"), version)
+        if resource is NODES:
+            spec = admit_new_node(spec)
         # A Node is created with the status its kubelet registers (unlike a Pod's).
         status = (
             clean_status(resource, body.get("status"), version) if resource.has_status else None
@@ -208,9 +211,11 @@ class ObjectStore(NodeTraffic, NodeOperations):
         if request.resource_version not in (None, old_metadata["resourceVersion"]):
             raise errors.conflict(resource.plural, name, group=resource.group)
         if subresource == "status":
-            # A status write changes the status only; spec and metadata stay as they were.
-            kept = {key: old_metadata[key] for key in CLIENT_METADATA_KEYS if key in old_metadata}
-            return self._replace_object_locked(resource, old, kept, old["spec"], request.status)
+            # A 1.24 status write keeps the spec but takes the metadata (labels, annotations)
+            # as sent; later versions reset that too.
+            return self._replace_object_locked(
+                resource, old, request.client_metadata, old["spec"], request.status
+            )
         problems = validate_spec(resource, request.spec, old["spec"])
         if problems:
             raise errors.invalid(resource.kind, name, problems, resource.group)

@@ -228,7 +228,7 @@ def test_provider_id_cannot_change_once_set(
     assert body["details"]["kind"] == "Node"
 
 
-def test_a_taint_with_an_unknown_effect_is_invalid(
+def test_a_bad_taint_is_invalid_under_1_24s_field_path_and_twice_on_update(
     fake_apiserver: FakeApiServer, core_api: client.CoreV1Api
 ) -> None:
     _worker(fake_apiserver.store, "worker-0")
@@ -236,8 +236,57 @@ def test_a_taint_with_an_unknown_effect_is_invalid(
     with pytest.raises(ApiException) as invalid:
         core_api.patch_node("worker-0", {"spec": {"taints": [{"key": "a", "effect": "Maybe"}]}})
 
+    # As a real 1.24 apiserver answers: ValidateNode and ValidateNodeUpdate both check the
+    # taints (under "metadata"), and the message names the problem once.
+    body = orjson.loads(invalid.value.body)
     assert invalid.value.status == 422
-    assert 'Unsupported value: "Maybe"' in orjson.loads(invalid.value.body)["message"]
+    assert body["message"] == (
+        'Node "worker-0" is invalid: metadata.taints[0].effect: Unsupported value: "Maybe": '
+        'supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"'
+    )
+    assert [cause["field"] for cause in body["details"]["causes"]] == [
+        "metadata.taints[0].effect",
+        "metadata.taints[0].effect",
+    ]
+
+
+def test_a_created_node_with_bad_and_duplicate_taints_lists_each_once(
+    fake_apiserver: FakeApiServer,
+) -> None:
+    taints = [
+        {"key": "a b", "effect": "NoSchedule"},
+        {"key": "x", "effect": "NoSchedule"},
+        {"key": "x", "effect": "NoSchedule"},
+    ]
+
+    status, body = raw(
+        fake_apiserver,
+        NODES_PATH,
+        method="POST",
+        body={"metadata": {"name": "worker-0"}, "spec": {"taints": taints}},
+    )
+
+    assert status == 422
+    assert [(c["reason"], c["field"]) for c in body["details"]["causes"]] == [
+        ("FieldValueInvalid", "metadata.taints[0].key"),
+        ("FieldValueDuplicate", "metadata.taints[2]"),
+    ]
+    assert body["details"]["causes"][1]["message"] == (
+        'Duplicate value: core.Taint{Key:"x", Value:"", Effect:"NoSchedule", TimeAdded:<nil>}: '
+        "taints must be unique by key and effect pair"
+    )
+
+
+def test_a_node_created_over_the_api_is_tainted_not_ready_by_admission(
+    core_api: client.CoreV1Api,
+) -> None:
+    created = core_api.create_node(client.V1Node(metadata=client.V1ObjectMeta(name="worker-0")))
+
+    # The NodeTaint admission plugin; the node lifecycle controller (not run by the fake, nor
+    # by a bare apiserver) would lift it once the node is Ready.
+    assert [(t.key, t.effect) for t in created.spec.taints] == [
+        ("node.kubernetes.io/not-ready", "NoSchedule")
+    ]
 
 
 # --- status writes -----------------------------------------------------------------------
@@ -266,11 +315,17 @@ def test_merge_patch_of_status_replaces_the_condition_list(fake_apiserver: FakeA
         fake_apiserver,
         f"{NODES_PATH}/worker-0/status",
         method="PATCH",
-        body={"status": {"conditions": [condition]}, "spec": {"unschedulable": True}},
+        body={
+            "metadata": {"labels": {"patched": "yes"}},
+            "status": {"conditions": [condition]},
+            "spec": {"unschedulable": True},
+        },
         content_type="application/merge-patch+json",
     )
 
     assert status == 200
+    # 1.24 takes metadata through the status subresource (later versions do not).
+    assert node["metadata"]["labels"]["patched"] == "yes"
     assert [(c["type"], c["status"]) for c in node["status"]["conditions"]] == [
         ("Ready", "Unknown")
     ]
@@ -306,7 +361,11 @@ def test_an_unsupported_patch_type_is_415(fake_apiserver: FakeApiServer) -> None
         content_type="application/apply-patch+yaml",
     )
 
-    assert (status, body["reason"]) == (415, "UnsupportedMediaType")
+    assert (status, body["reason"], body["message"]) == (
+        415,
+        "UnsupportedMediaType",
+        "415: Unsupported Media Type",
+    )
 
 
 def test_a_stale_resource_version_in_a_status_put_is_a_conflict(
