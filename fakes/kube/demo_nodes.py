@@ -36,8 +36,8 @@ from fakes.nks.scenarios import (
 from fakes.nks.state import FakeNksState
 
 if TYPE_CHECKING:
-    from fakes.kube.scenarios import Scenario
     from fakes.kube.store import ObjectStore
+    from fakes.kube.timeline import Scenario
 
 DEMO_NKS_CLUSTER = "staging-web"
 NODEGROUP_LABEL = "magnum.openstack.org/nodegroup"
