@@ -6,6 +6,7 @@ NKS poll, a live watcher (fresh, its Node watch watching) and kubelets renewing 
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +22,17 @@ from tests.alerts.factories import make_account, make_nks_cluster, make_nodegrou
 from tests.nks.nodes import heartbeat, make_node, watched_cluster
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def own_evaluation_lock(settings: Any) -> None:
+    # Evaluations take one lock in caches["locks"]; in a shared Redis a parallel test
+    # worker's evaluation would hold it and this one would skip its run.
+    settings.CACHES = {
+        **settings.CACHES,
+        "locks": {**settings.CACHES["locks"], "KEY_PREFIX": f"test-mismatch-{uuid.uuid4().hex}"},
+    }
+
 
 KEY = "nodegroup_mismatch:kr1/prod/pool-a"
 INSTANCES = [f"3f1c2b7e-0000-4000-8000-00000000000{index}" for index in range(4)]
