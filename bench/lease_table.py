@@ -95,7 +95,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--connections", default="10,20", help="comma-separated wrk -c values")
     parser.add_argument(
         "--cache-seconds",
-        default=os.environ.get("LEASE_TABLE_CACHE_SECONDS", "1"),
+        default=os.environ.get("LEASE_TABLE_CACHE_SECONDS", "1,0"),
         help="comma-separated LEASE_TABLE_CACHE_SECONDS values, one gunicorn run each (1,0)",
     )
     parser.add_argument(
