@@ -1,5 +1,9 @@
 """Which leases: the filters, keyset paging, and counts by state judged by the clock.
 
+The filters and the keyset condition are SQL (`filter_sql`, `leases.cursors.keyset_sql`),
+used alone by the Leases table's one statement (`table_page`) and inside ORM queries by
+`filter_leases` and `keyset_page`, so the table and the API cannot disagree.
+
 Nothing here writes or formats. Every function takes `now` from its caller: a lease's state
 is a matter of the clock (`renewTime + leaseDurationSeconds`), and one request must judge
 all its rows by one clock.
@@ -35,32 +39,15 @@ from leases.models import Lease, LeaseClass, LeaseQuerySet, LeaseState
 EXPIRING_SOON = timedelta(seconds=10)
 
 
-def _order_by(sort: SortKey, descending: bool) -> list[OrderBy]:
-    # NULLs (a lease never renewed) sort last in both directions, on SQLite and PostgreSQL.
+def _order_by(sort: SortKey, descending: bool, backwards: bool) -> list[OrderBy]:
+    """`leases.cursors.order_sql` for the ORM: NULLs last, or first read backwards."""
     order = []
     for column in sort.all_columns:
+        nulls = {"nulls_first": True} if backwards else {"nulls_last": True}
+        options = nulls if column.nullable else {}
+        ascending = descending == backwards
         expression = F(column.field)
-        if column.nullable:
-            order.append(
-                expression.desc(nulls_last=True) if descending else expression.asc(nulls_last=True)
-            )
-        else:
-            order.append(expression.desc() if descending else expression.asc())
-    return order
-
-
-def _reverse_order_by(sort: SortKey, descending: bool) -> list[OrderBy]:
-    order = []
-    for column in sort.all_columns:
-        expression = F(column.field)
-        if column.nullable:
-            order.append(
-                expression.asc(nulls_first=True)
-                if descending
-                else expression.desc(nulls_first=True)
-            )
-        else:
-            order.append(expression.asc() if descending else expression.desc())
+        order.append(expression.asc(**options) if ascending else expression.desc(**options))
     return order
 
 
@@ -200,7 +187,11 @@ def filter_leases(
     cluster_ids: Mapping[str, int],
     policy: FlapPolicy | None = None,
 ) -> LeaseQuerySet:
-    """The leases matching the filters, unordered, as a QuerySet (see `filter_sql`)."""
+    """The leases matching the filters, unordered, as a QuerySet (see `filter_sql`).
+
+    Its conditions name the lease table itself: narrow, join and read it, but do not nest
+    it in another query (a subquery's table gets an alias the SQL would not follow).
+    """
     leases: LeaseQuerySet = Lease.objects.all()
     where = filter_sql(filters, now, cluster_ids, policy)
     if where is None:
@@ -267,8 +258,8 @@ def keyset_page(
     if cursor is not None:
         sql, params = keyset_sql(sort, descending, _adapted(cursor), lease_column)
         leases = leases.filter(_condition(sql, params))
-    order = _reverse_order_by(sort, descending) if backwards else _order_by(sort, descending)
-    rows = list(leases.order_by(*order).values(*wanted)[: limit + 1])
+    ordered = leases.order_by(*_order_by(sort, descending, backwards))
+    rows = list(ordered.values(*wanted)[: limit + 1])
 
     def cursor_of(row: dict[str, Any]) -> str:
         return encode_cursor([row[name] for name in columns], row["id"])
