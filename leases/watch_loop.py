@@ -217,6 +217,13 @@ class ResourceReader:
         stream = self.resource.open_watch(api, resource_version, self.watch_timeout_seconds)
         with self._stream_lock:
             self._stream = stream
+        if self._stop.is_set():
+            # The stop came while the watch was opening, when there was no stream to close:
+            # close it now, or the read would wait for the server's next event.
+            with self._stream_lock:
+                self._stream = None
+            stream.close()
+            return resource_version
         self.watches_opened += 1
         # Every watch after the first is a reconnect: after the server's timeout, a dropped
         # connection or an outage alike. A working watch clears the last error (the log
