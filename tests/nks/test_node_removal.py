@@ -94,7 +94,9 @@ def test_the_form_offers_notready_then_silent_then_cordoned_and_ticks_as_many_as
     assert f"{name1} (heartbeat lease expired) · {uuid1}" in labels
     assert f"{name0} (cordoned) · {uuid0}" in labels
 
-    # ?node_count=2 removes one node: the NotReady one alone is ticked.
+    # ?node_count=2 (the pre-select form, or a link) removes one node: the NotReady one alone
+    # is ticked.
+    assert "data-preselect" in text and 'name="node_count" min="1" max="10"' in text
     text = operator_client.get(page_url("?node_count=2")).content.decode()
     assert ticked(text) == [uuid2]
     assert 'name="node_count" value="2"' in text
