@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 import traceback
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -27,6 +28,10 @@ from leases.parse import resource_version_of
 from leases.watch_status import ResourceStatus
 
 logger = logging.getLogger(__name__)
+
+
+# A watch stream open this long shows the server works, even if it delivered nothing.
+STREAM_PROVED_SECONDS = 10.0
 
 
 class WatchExpired(Exception):
@@ -105,6 +110,7 @@ class ResourceReader:
         stopping: Callable[[], bool],
         backoff: Backoff,
         watch_timeout_seconds: int,
+        stream_proved_seconds: float = STREAM_PROVED_SECONDS,
     ) -> None:
         self.cluster_id = cluster_id
         self.resource = resource
@@ -114,6 +120,7 @@ class ResourceReader:
         self._stopping = stopping
         self.backoff = backoff
         self.watch_timeout_seconds = watch_timeout_seconds
+        self.stream_proved_seconds = stream_proved_seconds
         # The newest resourceVersion read: what the status may claim once a flush drains.
         self.resource_version = ""
         self.malformed_lines = 0
@@ -230,6 +237,7 @@ class ResourceReader:
         # keeps it): an old error would read as a current one.
         self.resource.status.watching(reconnected=self.watches_opened > 1)
         delivered = False
+        opened = time.monotonic()
         try:
             for line in stream.lines():
                 if self._stop.is_set():  # SHUTDOWN reaches here as a stop (housekeeping)
@@ -278,6 +286,11 @@ class ResourceReader:
             with self._stream_lock:
                 self._stream = None
             stream.close()
+            if time.monotonic() - opened >= self.stream_proved_seconds:
+                # A quiet resource (no Node changes, bookmarks a minute apart) delivers
+                # nothing, yet a stream that stayed open this long proves the server works:
+                # the break that ended it, however it ended, waits the shortest delay.
+                self.backoff.reset()
         return resource_version
 
     def _malformed(self, line: bytes) -> None:

@@ -29,6 +29,7 @@ from leases.node_ingest import NodeIngestor
 from leases.node_parse import node_name_of
 from leases.parse import lease_identity, parse_candidate
 from leases.watch_loop import (
+    STREAM_PROVED_SECONDS,
     Backoff,
     ResourceReader,
     WatchedResource,
@@ -70,6 +71,7 @@ class LeaseWatcher:
         flush_interval: float = FLUSH_INTERVAL_SECONDS,
         candidates_interval: float = CANDIDATES_INTERVAL_SECONDS,
         backoff: Backoff | None = None,
+        stream_proved_seconds: float = STREAM_PROVED_SECONDS,
     ) -> None:
         self.cluster_id = cluster_id
         self.owner = owner
@@ -79,6 +81,7 @@ class LeaseWatcher:
         self.flush_interval = flush_interval
         self.candidates_interval = candidates_interval
         self.backoff = backoff or Backoff()
+        self.stream_proved_seconds = stream_proved_seconds
         self._api: object | None = None
         self._api_lock = threading.Lock()
         self.lease_status = LeaseStatus(cluster_id, owner)
@@ -170,6 +173,7 @@ class LeaseWatcher:
             stopping=self._stopping,
             backoff=backoff,
             watch_timeout_seconds=self.watch_timeout_seconds,
+            stream_proved_seconds=self.stream_proved_seconds,
         )
 
     @staticmethod
