@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.test import override_settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -31,6 +32,30 @@ def skip_or_fail(reason: str, *, required_by: str) -> None:
     if is_required(required_by):
         pytest.fail(f"{reason} ({required_by}=1 makes this a failure)", pytrace=False)
     pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def cache_key_space_per_xdist_worker() -> Iterator[None]:
+    """pytest-xdist workers share one Redis: each gets its own key space, or one worker's
+    alert evaluation lock makes the other worker's evaluation skip its run.
+
+    Django is set up before any conftest is read, so the prefix is swapped in the settings
+    (which resets the cache connections) and put in the environment for child processes.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        yield
+        return
+    base = settings.CACHE_KEY_PREFIX
+    prefix = f"{base}-{worker}"
+    # The same keys a child process builds from CACHE_KEY_PREFIX ("<prefix>:lock", ...).
+    caches = {
+        alias: {**config, "KEY_PREFIX": str(config.get("KEY_PREFIX", "")).replace(base, prefix, 1)}
+        for alias, config in settings.CACHES.items()
+    }
+    os.environ["CACHE_KEY_PREFIX"] = prefix
+    with override_settings(CACHES=caches):
+        yield
 
 
 @pytest.fixture(autouse=True)
