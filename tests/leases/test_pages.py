@@ -572,3 +572,17 @@ def test_the_table_region_is_shared_for_a_second_but_login_is_still_checked(
     assert anonymous.status_code == 302, "anonymous requests never see it"
     cache.clear()
     assert "second-holder" in engineer_client.get(url, **headers).content.decode()
+
+
+def test_lease_page_says_why_no_candidates_are_listed(engineer_client: Client) -> None:
+    forbidden = make_cluster()
+    forbidden.candidates_problem = "forbidden"
+    forbidden.save(update_fields=["candidates_problem"])
+    make_lease(forbidden, "kube-scheduler")
+
+    text = page(engineer_client, "/leases/prod/kube-system/kube-scheduler/")
+
+    candidates = text.split("<h2>Candidates</h2>", 1)[1].split("</section>", 1)[0]
+    assert "LeaseCandidates: forbidden" in candidates
+    assert "grant get, list and watch on leasecandidates" in candidates
+    assert "does not serve" not in candidates
