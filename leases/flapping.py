@@ -51,11 +51,11 @@ def recent_changes_sql(
     For the Leases table's one statement: an index probe per row it returns, no GROUP BY.
     """
     window = (policy or flap_policy()).window
-    table = LeaseTransition._meta.db_table
+    table = connection.ops.quote_name(LeaseTransition._meta.db_table)
     # Names and a placeholder only: the time is a parameter.
     return (
-        f'SELECT COUNT(*) FROM "{table}" WHERE "{table}"."lease_id" = {lease_id} '  # noqa: S608
-        f'AND "{table}"."observed_at" > %s',
+        f"SELECT COUNT(*) FROM {table} WHERE {table}.lease_id = {lease_id} "  # noqa: S608
+        f"AND {table}.observed_at > %s",
         [connection.ops.adapt_datetimefield_value(now - window)],
     )
 
