@@ -201,7 +201,8 @@ def _nks_unjudged(cluster: NksCluster, nodegroup: NksNodegroup, now: datetime) -
 
 
 def _moment(value: datetime | None) -> str:
-    return iso_utc(value) if value is not None else "an unknown time"
+    # A sentence, not a record: whole seconds read better than MicroTime's microseconds.
+    return iso_utc(value.replace(microsecond=0)) if value is not None else "an unknown time"
 
 
 def cross_check(
