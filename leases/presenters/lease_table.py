@@ -158,7 +158,7 @@ def build_lease_row(
     )
 
 
-def watched_clusters() -> RawQuerySet[KubeCluster]:
+def _watched_clusters() -> RawQuerySet[KubeCluster]:
     """The clusters of the watchers' status line, as the Clusters page reads them (by name,
     kubeconfig never read), from SQL compiled once: every refresh asks the same."""
     return KubeCluster.objects.raw(_watched_clusters_sql())
@@ -182,7 +182,7 @@ def lease_table(
     # Asked once: the filter, the counts and the rows judge flapping by the same policy.
     policy = flap_policy()
     if clusters is None:
-        clusters = [cluster_status(cluster, now) for cluster in watched_clusters()]
+        clusters = [cluster_status(cluster, now) for cluster in _watched_clusters()]
     cluster_ids = {cluster.name: cluster.id for cluster in clusters}
     page = table_page(filters, now, cluster_ids, policy, cursor, limit)
     prefix = leases_prefix()
