@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fakes.kube.demo_nodes import DemoNode, SilenceCycle, run_node_fleet
+from fakes.kube.demo_nodes import DemoNode, NodeFleet, SilenceCycle, run_node_fleet
 from fakes.kube.resources import OLDEST_EMULATION_VERSION
 from fakes.kube.store import ObjectStore
 from fakes.kube.timeline import (
@@ -138,6 +138,8 @@ class DemoScenario(Scenario):
         super().__init__()
         self.timings = timings or DemoTimings()
         self.fleet = fleet
+        # The running kubelets of `fleet`, once set up (the cloud controller follows NKS here).
+        self.node_fleet: NodeFleet | None = None
         # Scenario randomness is for plausible-looking data, never for security.
         self.random = random.Random(seed)  # noqa: S311
 
@@ -325,7 +327,7 @@ class DemoScenario(Scenario):
             cycle = SilenceCycle(
                 now + timings.node_silent_after, timings.node_silent_for, timings.node_healthy_for
             )
-            run_node_fleet(self, self.fleet, now, cycle)
+            self.node_fleet = run_node_fleet(self, self.fleet, now, cycle)
             return
         silence_starts = now + timings.node_silent_after
         cycle = timings.node_silent_for + timings.node_healthy_for

@@ -15,8 +15,8 @@ What happens to them, in scenario time:
 - one healthy worker goes silent on DemoScenario's node timings (after a minute, for four),
   goes Unknown 40 s into its silence, and comes back Ready when its kubelet returns.
 
-What this cannot follow: a resize in the fake NKS runs in the other process, so nodes it adds
-or removes do not appear or disappear here.
+A resize in the fake NKS runs in the other process: `cloud_controller` follows it over NKS's
+API, through this fleet (a removed instance's kubelet stops; a new instance's kubelet joins).
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ class DemoNode:
     age_seconds: float  # how long before the scenario's start it joined
 
 
-def nks_demo_nodes(cluster_name: str = DEMO_NKS_CLUSTER) -> list[DemoNode]:
-    """The nodes of one fake NKS demo cluster, read from a freshly built demo state."""
-    now = time.time()
+def demo_nks_state(now: float) -> FakeNksState:
+    """The fake NKS's demo account as its process builds it at start (names and uuids are the
+    same in every build), with the clock stopped at `now`."""
     state = FakeNksState(
         tenant_id=DEFAULT_TENANT_ID,
         username=DEFAULT_USERNAME,
@@ -73,6 +73,13 @@ def nks_demo_nodes(cluster_name: str = DEMO_NKS_CLUSTER) -> list[DemoNode]:
         clock=lambda: now,
     )
     build_scenario(state, "demo")
+    return state
+
+
+def nks_demo_nodes(cluster_name: str = DEMO_NKS_CLUSTER) -> list[DemoNode]:
+    """The nodes of one fake NKS demo cluster, read from a freshly built demo state."""
+    now = time.time()
+    state = demo_nks_state(now)
     cluster = next(c for c in state.clusters.values() if c.name == cluster_name)
     nodes = []
     for group in cluster.nodegroups:
@@ -118,7 +125,7 @@ class SilenceCycle:
         return (when - self.starts) % (self.silent_for + self.healthy_for) < self.silent_for
 
 
-class _Kubelet:
+class Kubelet:
     """One node's kubelet and what the node lifecycle controller thinks of it."""
 
     def __init__(
@@ -129,9 +136,11 @@ class _Kubelet:
         self.alive = alive
         self.last_renewal = renewed
         self.unknown = False  # the controller marked it Unknown; the kubelet will repost
+        # False once its instance is deleted: the machine, and the kubelet on it, are gone.
+        self.running = True
 
     def renew(self, when: float) -> None:
-        if not self.alive(when):
+        if not (self.running and self.alive(when)):
             return
         self.last_renewal = when
         self.store.renew_lease(NODE_LEASE_NAMESPACE, self.name, when)
@@ -141,7 +150,7 @@ class _Kubelet:
             self.store.set_node_ready(self.name, True, at=when)
 
     def post_status(self, when: float) -> None:
-        if self.alive(when) and not self.unknown:
+        if self.running and self.alive(when) and not self.unknown:
             self.store.heartbeat_node(self.name, at=when)
 
     def monitor(self, when: float) -> None:
@@ -152,9 +161,38 @@ class _Kubelet:
             )
 
 
+class NodeFleet:
+    """The cluster's kubelets by node name, watched by the node lifecycle controller.
+
+    Used from the scenario's thread only (the cloud controller acts there too), so a kubelet
+    never posts to a Node that is being deleted.
+    """
+
+    def __init__(self) -> None:
+        self.kubelets: dict[str, Kubelet] = {}
+
+    def add(self, kubelet: Kubelet) -> None:
+        self.kubelets[kubelet.name] = kubelet
+
+    def power_off(self, name: str) -> None:
+        """The node's instance is gone: its kubelet posts nothing more (the dead NotReady
+        node has no kubelet to stop)."""
+        kubelet = self.kubelets.get(name)
+        if kubelet is not None:
+            kubelet.running = False
+
+    def forget(self, name: str) -> None:
+        """The Node is deleted: nothing watches it any more."""
+        self.kubelets.pop(name, None)
+
+    def monitor(self, when: float) -> None:
+        for kubelet in list(self.kubelets.values()):
+            kubelet.monitor(when)
+
+
 def run_node_fleet(
     scenario: Scenario, nodes: Sequence[DemoNode], now: float, silence: SilenceCycle
-) -> None:
+) -> NodeFleet:
     """Create the Nodes and their Leases at `now` and schedule their kubelets."""
     store = scenario.store
     ready_names = [node.name for node in nodes if node.ready]
@@ -163,7 +201,7 @@ def run_node_fleet(
     silent_name = next(
         (n.name for n in reversed(nodes) if n.ready and n.nodegroup == first_group), None
     )
-    kubelets: list[_Kubelet] = []
+    fleet = NodeFleet()
     for node in nodes:
         joined = now - node.age_seconds
         add_node(
@@ -187,17 +225,14 @@ def run_node_fleet(
         store.renew_lease(NODE_LEASE_NAMESPACE, node.name, renewed)
         store.heartbeat_node(node.name, at=now - STATUS_REPORT_INTERVAL + phase)
         alive = (lambda when: not silence.silent_at(when)) if node.name == silent_name else _always
-        kubelet = _Kubelet(store, node, alive, renewed)
-        kubelets.append(kubelet)
+        kubelet = Kubelet(store, node, alive, renewed)
+        fleet.add(kubelet)
         scenario.every(renewed + LEASE_RENEW_INTERVAL, LEASE_RENEW_INTERVAL, kubelet.renew)
         status_phase = phase * STATUS_REPORT_INTERVAL / LEASE_RENEW_INTERVAL
         scenario.every(now + status_phase, STATUS_REPORT_INTERVAL, kubelet.post_status)
 
-    def monitor(when: float) -> None:
-        for kubelet in kubelets:
-            kubelet.monitor(when)
-
-    scenario.every(now + NODE_MONITOR_PERIOD, NODE_MONITOR_PERIOD, monitor)
+    scenario.every(now + NODE_MONITOR_PERIOD, NODE_MONITOR_PERIOD, fleet.monitor)
+    return fleet
 
 
 def _always(when: float) -> bool:
