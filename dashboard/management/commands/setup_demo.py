@@ -26,7 +26,8 @@ DEMO_NKS_ACCOUNT = "demo"
 class Command(BaseCommand):
     help = (
         "Register the demo sources that `make run` starts: the fake Kubernetes API server as "
-        "cluster 'demo' and the fake NKS as account 'demo'. Idempotent; refuses in production."
+        f"cluster {DEMO_CLUSTER!r} (the fake NKS cluster it plays) and the fake NKS as account "
+        f"{DEMO_NKS_ACCOUNT!r}. Idempotent; refuses in production."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
