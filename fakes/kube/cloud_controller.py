@@ -1,33 +1,27 @@
 """The demo cluster's cloud-controller-manager: its Nodes follow the fake NKS's resizes.
 
-On NHN Cloud, the OpenStack cloud-controller-manager's node lifecycle controller deletes a
-Node whose instance is gone, and a new instance's kubelet registers its Node. `make run` runs
-the fake NKS in another process, so this controller asks it, over HTTP and only through
-answers the NKS API guide documents, which instances each worker nodegroup of the played
-cluster (staging-web) has:
+On NHN Cloud, the OpenStack cloud-controller-manager deletes a Node whose instance is gone,
+and a new instance's kubelet registers its Node. The fake NKS runs in another process, so this
+asks it over HTTP, through answers the NKS API guide documents only, which instances each
+worker nodegroup of staging-web has: a thread reads the nodegroup list and each worker
+nodegroup's detail (`node_addresses`, `node_count`) every `period` wall seconds, with a
+Keystone v2 token. A failure (NKS down, an error answer, addresses that do not add up to the
+count) is no answer, and no answer changes nothing: a controller that cannot ask the cloud
+must never conclude that instances are gone. Each answer is acted on once, in the scenario's
+thread beside the kubelets, so a kubelet never posts to a Node being deleted:
+- A Magnum-labelled Node whose InternalIP no nodegroup lists has lost its instance, and its
+  kubelet dies with the machine. As the real controller asks the cloud only about nodes that
+  are not Ready, the Node is deleted once it is not: on the next answer for a NotReady node,
+  about 40 s later for a Ready one (when the node lifecycle controller marks it Unknown). Its
+  heartbeat Lease goes too, as the garbage collector follows the owner reference.
+- A listed address that no Node has is a new instance: `register_after` scenario seconds later
+  its kubelet registers the Node NotReady (no CNI yet), renews its Lease every 10 s, and posts
+  Ready `ready_after` seconds after registering.
 
-- A thread reads `GET /v1/clusters/{cluster}/nodegroups` and each worker nodegroup's detail
-  (`node_addresses`, `node_count`) every `period` wall seconds, signed in with a Keystone v2
-  token like any NKS client. A failure (NKS down, an error answer, a detail whose addresses
-  do not add up to its count) is no answer, and no answer changes nothing: a controller that
-  cannot ask the cloud must never conclude that instances are gone.
-- Each answer is acted on once, in the scenario's thread beside the kubelets (so a kubelet
-  never posts to a Node being deleted):
-  - A Node with a Magnum nodegroup label whose InternalIP no nodegroup lists has lost its
-    instance, and its kubelet dies with the machine. Like the real controller, which asks the
-    cloud only about nodes that are not Ready, it deletes the Node once it is not Ready: on
-    the next answer for a NotReady node, about 40 s later for a Ready one (when the node
-    lifecycle controller has marked it Unknown). The heartbeat Lease goes with the Node, as
-    the garbage collector follows its owner reference.
-  - A listed address that no Node has is a new instance: `register_after` scenario seconds
-    later its kubelet registers the Node NotReady (no CNI yet), renews its Lease every 10 s,
-    and posts Ready `ready_after` seconds after registering.
-
-NKS lists addresses only, never node names or instance uuids. A new Node gets the name and
-providerID uuid that the fake NKS gives the next node of that nodegroup, taken from a copy of
-its demo state (as `demo_nodes` derives the first Nodes), one per new address in the order the
-addresses were allocated. A fake NKS resized before this server started is therefore followed
-correctly only if none of the nodes it added were removed since.
+NKS lists addresses, never node names or instance uuids. A new Node takes the name and uuid
+the fake NKS gives the nodegroup's next node, from a copy of its demo state (as `demo_nodes`
+derives the first Nodes), one per new address in allocation order. So a fake NKS resized
+before this server started is followed right only if none of the nodes it added were removed.
 """
 
 from __future__ import annotations
@@ -256,18 +250,23 @@ class CloudController:
             thread.join(timeout=2 * self.reader.timeout + 1)
 
     def _poll(self) -> None:
-        failing = False
+        # `make run` starts both fakes at once: a first miss is NKS still starting, no trouble.
+        answered = failing = False
         while not self._stopping.is_set():
             try:
                 answer = self.reader.worker_nodegroups()
             except NksUnavailable as error:
                 if not failing:
-                    logger.warning("NKS gives no answer, so no Node is deleted or added: %s", error)
+                    logger.log(
+                        logging.WARNING if answered else logging.INFO,
+                        "NKS gives no answer, so no Node is deleted or added: %s",
+                        error,
+                    )
                 failing = True
             else:
                 if failing:
-                    logger.info("NKS answers again")
-                failing = False
+                    logger.info("NKS answers")
+                answered, failing = True, False
                 with self._answer_lock:
                     self._answer = answer
             self._stopping.wait(self.timings.period)
