@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime, timedelta
+from functools import cache
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.urls import reverse
 
 from alerts.conditions import (
@@ -138,20 +140,31 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
 # --- lease_flapping --------------------------------------------------------------------------
 
 
+def _lease_flapping_values() -> QuerySet[AlertRule, tuple[int | None, int | None]]:
+    return AlertRule.objects.filter(rule=Rule.LEASE_FLAPPING).values_list(
+        "threshold", "window_seconds"
+    )
+
+
 def lease_flapping_policy() -> FlapPolicy:
     """The flapping policy in force: the lease_flapping rule's admin values, else the settings.
 
     Registered with `dashboard.flapping` so the Leases pages judge flapping as this rule does.
     Read per call (one indexed row) so an admin's change shows on the next request.
     """
-    row = (
-        AlertRule.objects.filter(rule=Rule.LEASE_FLAPPING)
-        .values("threshold", "window_seconds")
-        .first()
-    )
+    row = _lease_flapping_values().first()
     if row is None:
         return FlapPolicy.configured()
-    return FlapPolicy.configured(row["threshold"], row["window_seconds"])
+    return FlapPolicy.configured(*row)
+
+
+@cache
+def lease_flapping_policy_query() -> tuple[str, tuple[object, ...]]:
+    """`lease_flapping_policy`'s read as SQL, compiled once: the Leases table folds it into
+    its clusters' statement, so the admin's values are read on every refresh at no round trip
+    of their own (never kept between requests, so page and rule always agree)."""
+    sql, params = _lease_flapping_values()[:1].query.sql_with_params()
+    return sql, tuple(params)
 
 
 def lease_flapping(ctx: RuleContext) -> RuleOutcome:

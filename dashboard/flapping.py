@@ -38,13 +38,28 @@ class FlapPolicy:
         return changes >= self.changes
 
 
+# A SELECT of the admin's (changes, window seconds): no row, or one whose empty values mean
+# the settings' defaults. With its parameters.
+PolicyQuery = tuple[str, tuple[object, ...]]
+
 _provider: Callable[[], FlapPolicy] = FlapPolicy.configured
+_query: Callable[[], PolicyQuery] | None = None
 
 
-def register_provider(provider: Callable[[], FlapPolicy]) -> None:
-    """Where the policy in force comes from (the alerts app's lease_flapping rule)."""
-    global _provider
-    _provider = provider
+def register_provider(
+    provider: Callable[[], FlapPolicy], query: Callable[[], PolicyQuery] | None = None
+) -> None:
+    """Where the policy in force comes from (the alerts app's lease_flapping rule), and the
+    statement that reads the same values, for a page that reads them within its own first
+    statement rather than in a round trip of their own (`policy_query`)."""
+    global _provider, _query
+    _provider, _query = provider, query
+
+
+def policy_query() -> PolicyQuery | None:
+    """The provider's statement (None: settings only, nothing to read). Its values, read at
+    the same moment as `flap_policy()` would, give the same policy through `configured`."""
+    return _query() if _query is not None else None
 
 
 def flap_policy() -> FlapPolicy:

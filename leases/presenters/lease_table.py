@@ -13,9 +13,10 @@ from functools import cache, lru_cache
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
+from django.db import connection
 from django.db.models.query import RawQuerySet
 
-from dashboard.flapping import FlapPolicy, flap_policy
+from dashboard.flapping import FlapPolicy, flap_policy, policy_query
 from dashboard.links import lease_url
 from dashboard.timefmt import format_duration, iso_js, relative_text
 from leases.cursors import SORT_KEYS, Cursor
@@ -28,7 +29,7 @@ from leases.presenters.display import (
     leases_prefix,
     shorten,
 )
-from leases.presenters.watchers import ClusterStatus, cluster_status
+from leases.presenters.watchers import ClusterStatus, cluster_status, watched_clusters_sql
 from leases.queries import LeaseFilters, table_page
 
 PAGE_SIZE = 100
@@ -158,17 +159,45 @@ def build_lease_row(
     )
 
 
-def _watched_clusters() -> RawQuerySet[KubeCluster]:
-    """The clusters of the watchers' status line, as the Clusters page reads them (by name,
-    kubeconfig never read), from SQL compiled once: every refresh asks the same."""
-    return KubeCluster.objects.raw(_watched_clusters_sql())
+def _clusters_and_policy(now: datetime) -> tuple[list[ClusterStatus], FlapPolicy]:
+    """The watchers' status line and the flapping policy in force, in one statement: the
+    clusters as the Clusters page reads them, each row with the admin's flapping values
+    beside it, read afresh on every refresh (the table's first round trip, not its third)."""
+    statement = _clusters_and_policy_sql()
+    if statement is None:
+        clusters = [
+            cluster_status(cluster, now) for cluster in _raw_clusters(watched_clusters_sql())
+        ]
+        return clusters, flap_policy()
+    sql, params = statement
+    rows = list(_raw_clusters(sql, params))
+    if not rows:
+        return [], flap_policy()  # no cluster row to carry the values: ask on their own
+    first = rows[0]
+    policy = FlapPolicy.configured(first.flap_changes, first.flap_window_seconds)
+    return [cluster_status(cluster, now) for cluster in rows], policy
+
+
+def _raw_clusters(sql: str, params: tuple[object, ...] = ()) -> RawQuerySet[KubeCluster]:
+    return KubeCluster.objects.raw(sql, params)
 
 
 @cache
-def _watched_clusters_sql() -> str:
-    # A fixed question: nothing of the request is in it, so it has no parameters.
-    sql, _ = KubeCluster.objects.defer("kubeconfig").order_by("name").query.sql_with_params()
-    return sql
+def _clusters_and_policy_sql() -> tuple[str, tuple[object, ...]] | None:
+    # The provider's statement, compiled once like the clusters': only its names and its
+    # one parameter (the rule's name) are in it. Joined on nothing: at most one row.
+    query = policy_query()
+    if query is None:
+        return None
+    policy_sql, params = query
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT clusters.*, policy.{quote('threshold')} AS flap_changes, "  # noqa: S608
+        f"policy.{quote('window_seconds')} AS flap_window_seconds "
+        f"FROM ({watched_clusters_sql()}) AS clusters LEFT JOIN ({policy_sql}) AS policy "
+        f"ON 1 = 1 ORDER BY clusters.{quote('name')}"
+    )
+    return sql, params
 
 
 def lease_table(
@@ -180,9 +209,10 @@ def lease_table(
 ) -> LeaseTable:
     """One page of the Leases table with its sort and page links (filters kept)."""
     # Asked once: the filter, the counts and the rows judge flapping by the same policy.
-    policy = flap_policy()
     if clusters is None:
-        clusters = [cluster_status(cluster, now) for cluster in _watched_clusters()]
+        clusters, policy = _clusters_and_policy(now)
+    else:
+        policy = flap_policy()
     cluster_ids = {cluster.name: cluster.id for cluster in clusters}
     page = table_page(filters, now, cluster_ids, policy, cursor, limit)
     prefix = leases_prefix()
