@@ -19,7 +19,7 @@ Rules only read; `alerts.evaluation` turns outcomes into incidents.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -111,3 +111,8 @@ def time_fact(label: str, moment: datetime | None) -> dict[str, str]:
 
 def seconds_text(seconds: float) -> str:
     return format_duration(seconds)
+
+
+def item_list(label: str, items: Sequence[str]) -> dict[str, Any]:
+    """The details' list: the first MAX_ITEMS of `items` under `label`, and how many in all."""
+    return {"items_label": label, "items": items[:MAX_ITEMS], "items_total": len(items)}

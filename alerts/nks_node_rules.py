@@ -1,29 +1,24 @@
 """NKS's counts against the cluster's own Nodes: the ``nodegroup_mismatch`` rule.
 
-Beside ``alerts.nks_rules`` (whose helpers it shares): NKS's ``node_count`` and ready:not-ready
-for a nodegroup, compared with the watched cluster's Node objects and heartbeat Leases
-(``nks.node_picture``). Either side can be wrong: NKS's health report lags, a node can be
-Ready in NKS's eyes and silent in the cluster's.
+Beside ``alerts.nks_rules`` (both judge what ``alerts.nks_scope`` selects): NKS's
+``node_count`` and ready:not-ready for a nodegroup, compared with the watched cluster's Node
+objects and heartbeat Leases (``nks.node_picture``). Either side can be wrong: NKS's health
+report lags, a node can be Ready in NKS's eyes and silent in the cluster's.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from django.conf import settings
-
 from alerts.conditions import (
-    MAX_ITEMS,
     Condition,
     RuleContext,
     RuleOutcome,
     fact,
+    item_list,
     seconds_text,
     time_fact,
 )
 from alerts.models import Rule
-from alerts.nks_rules import _clusters, _link, _unjudgeable, group_of
-from nks.models import NksNodegroup
+from alerts.nks_scope import cluster_fact, group_of, judged_nodegroups, nks_link, rule_grace
 from nks.node_picture import cross_check, nodegroup_nodes
 
 # NKS refreshes its health report on its own clock, and the poll reads it later still: the
@@ -41,24 +36,11 @@ def nodegroup_mismatch(ctx: RuleContext) -> RuleOutcome:
     not watched has nothing to compare: its incidents resolve.
     """
     now, outcome = ctx.now, RuleOutcome()
-    if ctx.config.grace_seconds is not None:
-        hold = timedelta(seconds=ctx.config.grace_seconds)
-    else:
-        hold = timedelta(seconds=MISMATCH_POLLS * settings.NKS_POLL_SECONDS)
-    clusters = {cluster.pk: cluster for cluster in _clusters()}
+    hold = rule_grace(ctx, polls=MISMATCH_POLLS)
     unjudged: set[str] = set()
-    groups = NksNodegroup.objects.filter(gone_at__isnull=True, cluster_id__in=list(clusters)).defer(
-        "node_addresses"
-    )
-    for nodegroup in groups:
-        if not nodegroup.is_worker:
-            continue
-        cluster = clusters[nodegroup.cluster_id]
-        nodegroup.cluster = cluster
-        key = f"{Rule.NODEGROUP_MISMATCH}:{cluster.account.name}/{cluster.name}/{nodegroup.name}"
-        if _unjudgeable(cluster, now):
-            unjudged.add(group_of(cluster))
-            continue
+    workers = judged_nodegroups(Rule.NODEGROUP_MISMATCH, now, unjudged, workers_only=True)
+    for nodegroup, key in workers:
+        cluster = nodegroup.cluster
         check = cross_check(nodegroup, nodegroup_nodes(nodegroup, now), now)
         if check is None:
             continue
@@ -74,10 +56,10 @@ def nodegroup_mismatch(ctx: RuleContext) -> RuleOutcome:
                 title=f"nodegroup {nodegroup.name}: NKS and the cluster disagree",
                 cluster=group_of(cluster),
                 hold=hold,
-                link=_link(),
+                link=nks_link(),
                 details={
                     "facts": [
-                        fact("NKS cluster", f"{cluster.name} (account {cluster.account.name})"),
+                        cluster_fact(cluster),
                         fact("Nodegroup", nodegroup.name),
                         fact("NKS node_count", _known(check.nks_nodes)),
                         fact(
@@ -92,9 +74,7 @@ def nodegroup_mismatch(ctx: RuleContext) -> RuleOutcome:
                         time_fact("Polled", nodegroup.polled_at or cluster.polled_at),
                         fact("Lasting before alerting", seconds_text(hold.total_seconds())),
                     ],
-                    "items_label": "Disagreements",
-                    "items": check.disagreements[:MAX_ITEMS],
-                    "items_total": len(check.disagreements),
+                    **item_list("Disagreements", check.disagreements),
                 },
             )
         )

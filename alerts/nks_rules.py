@@ -13,19 +13,27 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Q
-from django.urls import reverse
-from django.utils.text import slugify
 
 from alerts.conditions import (
-    MAX_ITEMS,
     Condition,
     RuleContext,
     RuleOutcome,
     fact,
+    item_list,
     seconds_text,
     time_fact,
 )
 from alerts.models import Rule
+from alerts.nks_scope import (
+    also_known_as,
+    cluster_fact,
+    group_of,
+    judged_nodegroups,
+    live_clusters,
+    nks_link,
+    rule_grace,
+    unjudgeable,
+)
 from nks.health import nodegroup_of_node
 from nks.models import (
     Freshness,
@@ -43,42 +51,6 @@ NKS_ACCOUNT_PREFIX = f"{Rule.SOURCE_STALE}:nks:"
 NKS_CLUSTER_PREFIX = f"{Rule.SOURCE_STALE}:nks-cluster:"
 
 
-def group_of(cluster: NksCluster) -> str:
-    """The name incidents of this NKS cluster are grouped (and inhibited) under."""
-    if cluster.kube_cluster_id is not None and cluster.kube_cluster is not None:
-        return cluster.kube_cluster.name
-    return cluster.name
-
-
-def also_known_as(cluster: NksCluster) -> set[str]:
-    """Names a Lease source for this cluster may have (see nks.services.linked_kube_cluster)."""
-    return {group_of(cluster), cluster.name, slugify(cluster.name)[:63]}
-
-
-def _grace(ctx: RuleContext) -> timedelta:
-    if ctx.config.grace_seconds is not None:
-        return timedelta(seconds=ctx.config.grace_seconds)
-    return timedelta(seconds=settings.ALERT_NKS_GRACE_POLLS * settings.NKS_POLL_SECONDS)
-
-
-def _clusters() -> list[NksCluster]:
-    return list(
-        NksCluster.objects.live()
-        .filter(account__enabled=True)
-        .select_related("account", "kube_cluster")
-        .defer("kube_cluster__kubeconfig", "account__password", "account__token")
-    )
-
-
-def _link() -> str:
-    return reverse("nks:index")
-
-
-def _unjudgeable(cluster: NksCluster, now: datetime) -> bool:
-    """The dashboard's data about the cluster is too old (or partial) to decide on."""
-    return cluster.account.is_stale(now) or cluster.is_stale(now)
-
-
 # --- cluster_unhealthy -----------------------------------------------------------------------
 
 
@@ -89,11 +61,11 @@ def cluster_unhealthy(ctx: RuleContext) -> RuleOutcome:
     mail about the cluster's nodegroups and nodes while it is open.
     """
     now, outcome = ctx.now, RuleOutcome()
-    grace = _grace(ctx)
+    grace = rule_grace(ctx)
     unjudged: set[str] = set()
-    for cluster in _clusters():
+    for cluster in live_clusters():
         group = group_of(cluster)
-        if _unjudgeable(cluster, now):
+        if unjudgeable(cluster, now):
             unjudged.add(group)
             continue
         problems = []
@@ -115,10 +87,10 @@ def cluster_unhealthy(ctx: RuleContext) -> RuleOutcome:
                 title=f"NKS cluster unhealthy: {', '.join(problems)}",
                 cluster=group,
                 hold=grace,
-                link=_link(),
+                link=nks_link(),
                 details={
                     "facts": [
-                        fact("NKS cluster", f"{cluster.name} (account {cluster.account.name})"),
+                        cluster_fact(cluster),
                         fact("API status", cluster.api_status or cluster.api or "not reported"),
                         fact("Node status", cluster.node_status or "not reported"),
                         fact("Health data", cluster.health_status or "not reported"),
@@ -163,17 +135,10 @@ def nodegroup_not_ready(ctx: RuleContext) -> RuleOutcome:
     not ready for the minutes they take to join, which is the expected course of a resize.
     """
     now, outcome = ctx.now, RuleOutcome()
-    grace = _grace(ctx)
-    clusters = {cluster.pk: cluster for cluster in _clusters()}
+    grace = rule_grace(ctx)
     unjudged: set[str] = set()
-    groups = NksNodegroup.objects.filter(gone_at__isnull=True, cluster_id__in=list(clusters))
-    for nodegroup in groups:
-        cluster = clusters[nodegroup.cluster_id]
-        group = group_of(cluster)
-        key = f"{Rule.NODEGROUP_NOT_READY}:{cluster.account.name}/{cluster.name}/{nodegroup.name}"
-        if _unjudgeable(cluster, now):
-            unjudged.add(group)
-            continue
+    for nodegroup, key in judged_nodegroups(Rule.NODEGROUP_NOT_READY, now, unjudged):
+        cluster = nodegroup.cluster
         if nodegroup.in_progress:
             if key in ctx.unresolved:
                 outcome.freeze(key)
@@ -182,28 +147,25 @@ def nodegroup_not_ready(ctx: RuleContext) -> RuleOutcome:
         node_status = nodegroup.node_status.strip().upper()
         if not_ready <= 0 and node_status not in NODES_NOT_READY:
             continue
-        nodegroup.cluster = cluster
         names = _not_ready_names(nodegroup, now)
         outcome.add(
             Condition(
                 key=key,
                 title=f"nodegroup {nodegroup.name}: "
                 f"{not_ready or 'some'} {'node' if not_ready == 1 else 'nodes'} not ready",
-                cluster=group,
+                cluster=group_of(cluster),
                 hold=grace,
-                link=_link(),
+                link=nks_link(),
                 details={
                     "facts": [
-                        fact("NKS cluster", f"{cluster.name} (account {cluster.account.name})"),
+                        cluster_fact(cluster),
                         fact("Nodegroup", nodegroup.name),
                         fact("Not ready", not_ready if nodegroup.not_ready is not None else "?"),
                         fact("Ready", nodegroup.ready if nodegroup.ready is not None else "?"),
                         fact("Node status", nodegroup.node_status or "not reported"),
                         time_fact("Polled", nodegroup.polled_at or cluster.polled_at),
                     ],
-                    "items_label": "Nodes not ready",
-                    "items": names[:MAX_ITEMS],
-                    "items_total": len(names),
+                    **item_list("Nodes not ready", names),
                 },
             )
         )
@@ -270,11 +232,11 @@ def resize_failed(ctx: RuleContext) -> RuleOutcome:
                 f"to {request.to_count} nodes failed",
                 cluster=group_of(cluster),
                 since=ended,
-                link=_link(),
+                link=nks_link(),
                 details={
                     "facts": [
                         fact("Resize request", f"#{request.pk}"),
-                        fact("NKS cluster", f"{cluster.name} (account {cluster.account.name})"),
+                        cluster_fact(cluster),
                         fact("Nodegroup", request.nodegroup_name),
                         fact("Size", f"{request.from_count} → {request.to_count} nodes"),
                         fact("Requested by", request.username or "unknown"),
@@ -317,7 +279,7 @@ def nks_sources_stale(ctx: RuleContext, outcome: RuleOutcome) -> None:
     now = ctx.now
     polls = ctx.config.threshold or settings.ALERT_NKS_STALE_POLLS
     threshold = timedelta(seconds=polls * settings.NKS_POLL_SECONDS)
-    link = _link()
+    link = nks_link()
     healthy_accounts = set()
     for account in NksAccount.objects.filter(enabled=True).defer("password", "token"):
         since = account.last_success_at or account.created_at
@@ -351,7 +313,7 @@ def nks_sources_stale(ctx: RuleContext, outcome: RuleOutcome) -> None:
                 },
             )
         )
-    for cluster in _clusters():
+    for cluster in live_clusters():
         key = f"{NKS_CLUSTER_PREFIX}{cluster.account.name}/{cluster.name}"
         if cluster.account_id not in healthy_accounts:
             # The account's own incident says it all; this one waits for current data.
