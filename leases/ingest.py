@@ -22,48 +22,37 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import orjson
-from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
+from django.db import DatabaseError, DataError, IntegrityError, transaction
 from django.utils import timezone
 
-from leases.models import Lease, LeaseCandidate, LeaseTransition
+from leases.lease_rows import (
+    UPSERT_BATCH_SIZE,
+    Renewal,
+    renew_leases,
+    sync_candidates,
+    upsert_leases,
+)
+from leases.models import Lease, LeaseTransition
 from leases.parse import (
-    CandidateObservation,
     LeaseIdentity,
-    LeaseObservation,
     lease_identity,
     parse_lease,
     parse_time,
+    renewal_shape,
+    renewal_times,
 )
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["FlushResult", "LeaseIngestor", "sync_candidates"]
+
 Key = tuple[str, str]
-UPSERT_BATCH_SIZE = 2000
 # One flush writes at most this many leases (oldest first); the rest wait for the next one.
 FLUSH_MAX_LEASES = 4000
 # Failures caused by one lease's values, not by the database being unreachable: they are
 # isolated to that lease. ValueError and OverflowError are values Python itself cannot
 # convert, which would fail every retry just the same.
 ROW_DATA_ERRORS = (DataError, IntegrityError, ValueError, OverflowError)
-LEASE_UPDATE_FIELDS = [
-    "uid",
-    "lease_class",
-    "holder",
-    "acquire_time",
-    "renew_time",
-    "lease_duration_seconds",
-    "expires_at",
-    "lease_transitions",
-    "strategy",
-    "preferred_holder",
-    "labels",
-    "resource_version",
-    "created_at",
-    "observed_at",
-    "deleted_at",
-    "raw",
-]
 
 
 @dataclass(slots=True)
@@ -86,6 +75,8 @@ class PendingTransition:
 @dataclass(slots=True)
 class FlushResult:
     leases_written: int = 0
+    # Of leases_written, those written as renewals (lease_rows.renew_leases), not in full.
+    leases_renewed: int = 0
     transitions_written: int = 0
     deletions_written: int = 0
     events: int = 0
@@ -119,6 +110,10 @@ class LeaseIngestor:
         self._batch = _Batch()
         self._known: dict[Key, KnownLease] = {}
         self._lease_ids: dict[Key, int] = {}
+        # The renewal digest (parse.renewal_shape) of what each row holds, as committed by
+        # this ingestor: an object with the same digest is written as a renewal, without
+        # the full parse. Absent: the next write of that lease is a full upsert.
+        self._renewable: dict[Key, bytes] = {}
         self.load_known()
 
     def load_known(self) -> None:
@@ -148,14 +143,22 @@ class LeaseIngestor:
             batch = self._batch
             batch.events += 1
             previous = self._known.get(key)
-            if previous is not None:
+            if previous is None:
+                self._known[key] = KnownLease(identity.holder, identity.lease_transitions)
+            elif (
+                previous.holder != identity.holder
+                or previous.lease_transitions != identity.lease_transitions
+            ):
                 transition = _transition_between(previous, identity)
                 if transition is not None:
                     batch.transitions.append(transition)
-            self._known[key] = KnownLease(identity.holder, identity.lease_transitions)
+                self._known[key] = KnownLease(identity.holder, identity.lease_transitions)
+            # else a renewal: what is known stays as it is, nothing to allocate.
             batch.leases[key] = obj
-            batch.received.setdefault(key, received)
-            batch.deleted.pop(key, None)
+            if key not in batch.received:
+                batch.received[key] = received
+            if batch.deleted:
+                batch.deleted.pop(key, None)
         return True
 
     def observe_deleted(self, key: Key, received: float | None = None) -> None:
@@ -163,6 +166,7 @@ class LeaseIngestor:
         with self._lock:
             self._batch.events += 1
             self._known.pop(key, None)
+            self._renewable.pop(key, None)
             self._batch.leases.pop(key, None)
             self._batch.received.pop(key, None)
             self._batch.deleted.setdefault(key, received)
@@ -233,24 +237,60 @@ class LeaseIngestor:
         pending_transitions: dict[Key, list[PendingTransition]],
         result: FlushResult,
     ) -> None:
-        """Commit leases with their transitions; nothing is counted unless it commits."""
+        """Commit leases with their transitions; nothing is counted unless it commits.
+
+        A lease whose object differs from its committed row only by a renewal is written by
+        `renew_leases` (a few values, no parse); the others, and any renewal whose row has
+        gone meanwhile, by the full upsert. Both leave the same row.
+        """
         now = timezone.now()
+        with self._lock:
+            renewable = {key: self._renewable.get(key) for key, _ in chunk}
+            lease_ids = {key: self._lease_ids.get(key) for key, _ in chunk}
+        renewals: dict[int, tuple[Key, dict[str, Any], Renewal]] = {}
+        full: list[tuple[Key, dict[str, Any]]] = []
+        digests: dict[Key, bytes] = {}
+        for key, obj in chunk:
+            shape = renewal_shape(obj)
+            if shape is not None:
+                digests[key] = shape.digest
+                lease_id = lease_ids[key]
+                if lease_id is not None and renewable[key] == shape.digest:
+                    renew_time, expires_at = renewal_times(obj["spec"], shape.renew_text)
+                    renewal = Renewal(
+                        lease_id, shape.renew_text, renew_time, expires_at, shape.resource_version
+                    )
+                    renewals[lease_id] = (key, obj, renewal)
+                    continue
+            full.append((key, obj))
         with transaction.atomic():
+            renewed = renew_leases(
+                self.cluster_id, [renewal for _, _, renewal in renewals.values()], now
+            )
+            # A renewal whose row is gone (removed by hand, say) is written in full.
+            full.extend(item[:2] for lease_id, item in renewals.items() if lease_id not in renewed)
             observations = [
                 observation
-                for observation in (parse_lease(obj) for _, obj in chunk)
+                for observation in (parse_lease(obj) for _, obj in full)
                 if observation is not None
             ]
-            ids = self._upsert(observations, now)
+            ids = upsert_leases(self.cluster_id, observations, now)
             transitions = [
                 transition for key, _ in chunk for transition in pending_transitions.get(key, ())
             ]
             transitions_written = self._write_transitions(transitions, ids)
         with self._lock:
             self._lease_ids.update(ids)
+            for key, _ in full:
+                digest = digests.get(key)
+                if digest is not None and key in ids and key in self._known:
+                    self._renewable[key] = digest
+                else:
+                    self._renewable.pop(key, None)
         for key, _ in chunk:
             pending_transitions.pop(key, None)
-        result.leases_written += len(observations)
+        result.leases_written += len(observations) + len(renewed)
+        result.leases_renewed += len(renewed)
         result.transitions_written += transitions_written
         result.objects_cleaned += sum(observation.cleaned for observation in observations)
 
@@ -296,105 +336,6 @@ class LeaseIngestor:
                 keep.append(transition)
         current.transitions, current.deleted, current.events = keep, {}, 0
         return taken
-
-    def _upsert(self, observations: list[LeaseObservation], now: datetime) -> dict[Key, int]:
-        # The ids are remembered by the caller once committed: a rolled-back insert's id
-        # would point transitions at a row that does not exist.
-        if not observations:
-            return {}
-        if connection.vendor == "postgresql":
-            return self._upsert_postgresql(observations, now)
-        return self._upsert_orm(observations, now)
-
-    def _upsert_postgresql(
-        self, observations: list[LeaseObservation], now: datetime
-    ) -> dict[Key, int]:
-        """One INSERT .. SELECT FROM json_to_recordset(..) ON CONFLICT per batch.
-
-        The batch travels as one JSON document that PostgreSQL parses in C: several times
-        cheaper than the ORM's bulk_create (model instances, one parameter per value) or
-        psycopg adapting Python lists element by element.
-        """
-        ids: dict[Key, int] = {}
-        with connection.cursor() as cursor:
-            for start in range(0, len(observations), UPSERT_BATCH_SIZE):
-                chunk = observations[start : start + UPSERT_BATCH_SIZE]
-                payload = orjson.dumps(
-                    [
-                        {
-                            "namespace": obs.namespace,
-                            "name": obs.name,
-                            "uid": obs.uid,
-                            "lease_class": obs.lease_class.value,
-                            "holder": obs.holder,
-                            "acquire_time": obs.acquire_time,
-                            "renew_time": obs.renew_time,
-                            "lease_duration_seconds": obs.lease_duration_seconds,
-                            "expires_at": obs.expires_at,
-                            "lease_transitions": obs.lease_transitions,
-                            "strategy": obs.strategy,
-                            "preferred_holder": obs.preferred_holder,
-                            "labels": obs.labels,
-                            "resource_version": obs.resource_version,
-                            "created_at": obs.created_at,
-                            "raw": obs.raw,
-                        }
-                        for obs in chunk
-                    ]
-                )
-                cursor.execute(_POSTGRESQL_UPSERT, [self.cluster_id, now, payload.decode()])
-                ids.update({(namespace, name): pk for pk, namespace, name in cursor.fetchall()})
-        return ids
-
-    def _upsert_orm(self, observations: list[LeaseObservation], now: datetime) -> dict[Key, int]:
-        rows = [
-            Lease(
-                cluster_id=self.cluster_id,
-                namespace=obs.namespace,
-                name=obs.name,
-                uid=obs.uid,
-                lease_class=obs.lease_class,
-                holder=obs.holder,
-                acquire_time=obs.acquire_time,
-                renew_time=obs.renew_time,
-                lease_duration_seconds=obs.lease_duration_seconds,
-                expires_at=obs.expires_at,
-                lease_transitions=obs.lease_transitions,
-                strategy=obs.strategy,
-                preferred_holder=obs.preferred_holder,
-                labels=obs.labels,
-                resource_version=obs.resource_version,
-                created_at=obs.created_at,
-                observed_at=now,
-                deleted_at=None,
-                raw=obs.raw,
-            )
-            for obs in observations
-        ]
-        Lease.objects.bulk_create(
-            rows,
-            batch_size=UPSERT_BATCH_SIZE,
-            update_conflicts=True,
-            unique_fields=["cluster", "namespace", "name"],
-            update_fields=LEASE_UPDATE_FIELDS,
-        )
-        ids = {(row.namespace, row.name): row.pk for row in rows if row.pk is not None}
-        missing = [(row.namespace, row.name) for row in rows if row.pk is None]
-        if missing:
-            # Backends that cannot return ids from an upsert: look them up once.
-            ids.update(self._lookup_ids(missing))
-        return ids
-
-    def _lookup_ids(self, keys: list[Key]) -> dict[Key, int]:
-        found: dict[Key, int] = {}
-        namespaces = {namespace for namespace, _ in keys}
-        wanted = set(keys)
-        for lease_id, namespace, name in Lease.objects.filter(
-            cluster_id=self.cluster_id, namespace__in=namespaces
-        ).values_list("id", "namespace", "name"):
-            if (namespace, name) in wanted:
-                found[(namespace, name)] = lease_id
-        return found
 
     def _write_transitions(self, pending: list[PendingTransition], ids: dict[Key, int]) -> int:
         if not pending:
@@ -487,91 +428,3 @@ def _transition_between(previous: KnownLease, identity: LeaseIdentity) -> Pendin
         lease_transitions=identity.lease_transitions,
         missed=missed,
     )
-
-
-_POSTGRESQL_UPSERT = """
-INSERT INTO leases_lease (
-    cluster_id, observed_at, deleted_at, namespace, name, uid, lease_class, holder,
-    acquire_time, renew_time, lease_duration_seconds, expires_at, lease_transitions,
-    strategy, preferred_holder, labels, resource_version, created_at, raw
-)
-SELECT
-    %s, %s::timestamptz, NULL::timestamptz, r.namespace, r.name, r.uid, r.lease_class,
-    r.holder, r.acquire_time, r.renew_time, r.lease_duration_seconds, r.expires_at,
-    r.lease_transitions, r.strategy, r.preferred_holder, r.labels, r.resource_version,
-    r.created_at, r.raw
-FROM json_to_recordset(%s::json) AS r(
-    namespace text, name text, uid text, lease_class text, holder text,
-    acquire_time timestamptz, renew_time timestamptz, lease_duration_seconds int,
-    expires_at timestamptz, lease_transitions int, strategy text, preferred_holder text,
-    labels jsonb, resource_version text, created_at timestamptz, raw jsonb
-)
-ON CONFLICT ON CONSTRAINT lease_unique_per_cluster DO UPDATE SET
-    observed_at = EXCLUDED.observed_at,
-    deleted_at = NULL,
-    uid = EXCLUDED.uid,
-    lease_class = EXCLUDED.lease_class,
-    holder = EXCLUDED.holder,
-    acquire_time = EXCLUDED.acquire_time,
-    renew_time = EXCLUDED.renew_time,
-    lease_duration_seconds = EXCLUDED.lease_duration_seconds,
-    expires_at = EXCLUDED.expires_at,
-    lease_transitions = EXCLUDED.lease_transitions,
-    strategy = EXCLUDED.strategy,
-    preferred_holder = EXCLUDED.preferred_holder,
-    labels = EXCLUDED.labels,
-    resource_version = EXCLUDED.resource_version,
-    created_at = EXCLUDED.created_at,
-    raw = EXCLUDED.raw
-RETURNING id, namespace, name
-"""
-
-
-@transaction.atomic
-def sync_candidates(cluster_id: int, observations: list[CandidateObservation]) -> int:
-    """Make the cluster's LeaseCandidate rows match a full list; gone ones are marked deleted."""
-    now = timezone.now()
-    rows = [
-        LeaseCandidate(
-            cluster_id=cluster_id,
-            namespace=obs.namespace,
-            name=obs.name,
-            lease_name=obs.lease_name,
-            binary_version=obs.binary_version,
-            emulation_version=obs.emulation_version,
-            strategy=obs.strategy,
-            ping_time=obs.ping_time,
-            renew_time=obs.renew_time,
-            observed_at=now,
-            deleted_at=None,
-            raw=obs.raw,
-        )
-        for obs in observations
-    ]
-    if rows:
-        LeaseCandidate.objects.bulk_create(
-            rows,
-            update_conflicts=True,
-            unique_fields=["cluster", "namespace", "name"],
-            update_fields=[
-                "lease_name",
-                "binary_version",
-                "emulation_version",
-                "strategy",
-                "ping_time",
-                "renew_time",
-                "observed_at",
-                "deleted_at",
-                "raw",
-            ],
-        )
-    listed = {(obs.namespace, obs.name) for obs in observations}
-    gone = [
-        pk
-        for pk, namespace, name in LeaseCandidate.objects.filter(
-            cluster_id=cluster_id, deleted_at__isnull=True
-        ).values_list("id", "namespace", "name")
-        if (namespace, name) not in listed
-    ]
-    LeaseCandidate.objects.filter(pk__in=gone).update(deleted_at=now)
-    return len(rows)

@@ -7,6 +7,7 @@ an object without a namespace or name is skipped by the caller.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -259,3 +260,61 @@ def parse_candidate(obj: object) -> CandidateObservation | None:
         raw=raw,
         cleaned=envelope.cleaned,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RenewalShape:
+    """A Lease split into what a renewal moves and a digest of everything else."""
+
+    digest: bytes  # of the object without renewTime, resourceVersion and managedFields
+    renew_text: str
+    resource_version: str
+
+
+def renewal_shape(obj: object) -> RenewalShape | None:
+    """The object's renewal shape, or None when only the full parse can store it.
+
+    Two objects with the same digest give rows that differ only in renew_time, expires_at,
+    resource_version and the raw JSON's spec.renewTime and metadata.resourceVersion (every
+    other column is read from the digested part). So an object is refused here whenever
+    those two values would not be stored as sent: not text, longer than the column, or
+    holding a NUL (which the full parse removes); and the digest refuses any NUL elsewhere.
+    managedFields are left out, as the stored raw JSON leaves them out: a real apiserver
+    moves their time at every renewal.
+    """
+    if not isinstance(obj, dict):
+        return None
+    metadata, spec = obj.get("metadata"), obj.get("spec")
+    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+        return None
+    renew, version = spec.get("renewTime"), metadata.get("resourceVersion")
+    if not (isinstance(renew, str) and isinstance(version, str)):
+        return None
+    if len(renew) > 64 or len(version) > 64 or "\x00" in renew or "\x00" in version:
+        return None
+    stable_metadata = {
+        key: value
+        for key, value in metadata.items()
+        if key != "resourceVersion" and key != "managedFields"
+    }
+    stable_spec = {key: value for key, value in spec.items() if key != "renewTime"}
+    stable = {**obj, "metadata": stable_metadata, "spec": stable_spec}
+    try:
+        data = orjson.dumps(stable)
+    except orjson.JSONEncodeError:
+        return None  # not plain JSON data: the full parse copes
+    if b"\\u0000" in data:
+        return None
+    return RenewalShape(hashlib.blake2b(data, digest_size=16).digest(), renew, version)
+
+
+def renewal_times(spec: dict[str, Any], renew_text: str) -> tuple[datetime | None, datetime | None]:
+    """renew_time and expires_at as parse_lease computes them (LeaseObservation.expires_at)."""
+    renew_time = parse_time(renew_text)
+    duration = _whole_number(spec.get("leaseDurationSeconds"), MAX_DURATION_SECONDS)
+    if renew_time is None or duration is None:
+        return renew_time, None
+    try:
+        return renew_time, renew_time + timedelta(seconds=duration)
+    except OverflowError:
+        return renew_time, None
