@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group
+from django.test import Client
 
 from fakes.nks import FakeNks
 from nks.client import NksClient, Timeouts
@@ -53,6 +55,21 @@ def nks_client(make_client: Callable[..., NksClient]) -> NksClient:
 
 
 # --- The dashboard side: accounts, polls and resizes over real HTTP -----------------------------
+
+
+@pytest.fixture
+def operator(django_user_model: Any) -> Any:
+    """olivia, who may resize. Without a password, unlike the top conftest's operator: hashing
+    one costs time, and force_login needs none."""
+    user = django_user_model.objects.create_user("olivia")
+    user.groups.add(Group.objects.get(name="operators"))
+    return user
+
+
+@pytest.fixture
+def operator_client(client: Client, operator: Any) -> Client:
+    client.force_login(operator)
+    return client
 
 
 @pytest.fixture

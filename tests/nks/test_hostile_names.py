@@ -14,7 +14,6 @@ from urllib.parse import urljoin, urlsplit
 
 import orjson
 import pytest
-from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
 
@@ -43,19 +42,6 @@ HOSTILE_NAMES = [
     "/leading",
     "trailing/",
 ]
-
-
-@pytest.fixture
-def operator(django_user_model: Any) -> Any:
-    user = django_user_model.objects.create_user("olivia")
-    user.groups.add(Group.objects.get(name="operators"))
-    return user
-
-
-@pytest.fixture
-def operator_client(client: Client, operator: Any) -> Client:
-    client.force_login(operator)
-    return client
 
 
 @pytest.fixture

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import html
-from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group
 from django.test import Client
 
 from fakes.nks import FakeNks
@@ -17,14 +15,6 @@ from tests.nks.nodes import nodes_like_the_fake, set_ready
 pytestmark = pytest.mark.django_db
 
 HOSTILE = '<img src=x onerror="alert(1)">'
-
-
-@pytest.fixture
-def operator_client(client: Client, django_user_model: Any) -> Client:
-    user = django_user_model.objects.create_user("olivia")
-    user.groups.add(Group.objects.get(name="operators"))
-    client.force_login(user)
-    return client
 
 
 def node_name(fake: FakeNks, index: int) -> str:

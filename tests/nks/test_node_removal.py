@@ -12,7 +12,6 @@ from typing import Any
 
 import orjson
 import pytest
-from django.contrib.auth.models import Group
 from django.test import Client
 from django.utils import timezone
 
@@ -27,19 +26,6 @@ from tests.nks.nodes import heartbeat, make_node, nodes_like_the_fake, set_ready
 pytestmark = pytest.mark.django_db
 
 RESIZE_POSTS = r"/v1/clusters/[^/]+/actions/resize"
-
-
-@pytest.fixture
-def operator(django_user_model: Any) -> Any:
-    user = django_user_model.objects.create_user("olivia")
-    user.groups.add(Group.objects.get(name="operators"))
-    return user
-
-
-@pytest.fixture
-def operator_client(client: Client, operator: Any) -> Client:
-    client.force_login(operator)
-    return client
 
 
 def default_worker() -> NksNodegroup:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.contrib.auth.models import Group
 from django.test import Client
 from django.utils import timezone
 
@@ -28,14 +27,6 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 @pytest.fixture
 def viewer(client: Client, django_user_model: Any) -> Client:
     client.force_login(django_user_model.objects.create_user("erin"))
-    return client
-
-
-@pytest.fixture
-def operator_client(client: Client, django_user_model: Any) -> Client:
-    user = django_user_model.objects.create_user("olivia")
-    user.groups.add(Group.objects.get(name="operators"))
-    client.force_login(user)
     return client
 
 

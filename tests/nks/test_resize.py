@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.contrib.auth.models import Group
 from django.db import connections
 from django.test import Client
 from django.utils import timezone
@@ -26,20 +25,6 @@ from tests.nks.nodes import nodes_like_the_fake
 pytestmark = pytest.mark.django_db
 
 RESIZE_POSTS = r"/v1/clusters/[^/]+/actions/resize"
-
-
-@pytest.fixture
-def operator_user(django_user_model):  # type: ignore[no-untyped-def]
-    # No password: hashing one costs time, and force_login needs none.
-    user = django_user_model.objects.create_user("olivia")
-    user.groups.add(Group.objects.get(name="operators"))
-    return user
-
-
-@pytest.fixture
-def operator_client(client: Client, operator_user: Any) -> Client:
-    client.force_login(operator_user)
-    return client
 
 
 def group(cluster: str, name: str) -> NksNodegroup:
@@ -238,9 +223,9 @@ def test_engineers_see_no_form_and_cannot_post(polled: NksAccount, engineer_clie
     assert ResizeRequest.objects.count() == 0
 
 
-def test_the_form_needs_a_csrf_token(polled: NksAccount, operator_user: Any) -> None:
+def test_the_form_needs_a_csrf_token(polled: NksAccount, operator: Any) -> None:
     client = Client(enforce_csrf_checks=True)
-    client.force_login(operator_user)
+    client.force_login(operator)
     response = client.post(resize_url(group("prod-api", "default-worker")), {"node_count": "4"})
     assert response.status_code == 403
     assert ResizeRequest.objects.count() == 0
@@ -395,9 +380,9 @@ def test_not_ready_nodes_are_preselected_for_removal(
 
 
 def test_a_resize_nks_fails_is_failed_with_its_reason(
-    polled: NksAccount, operator_user: Any, fake_nks: FakeNks
+    polled: NksAccount, operator: Any, fake_nks: FakeNks
 ) -> None:
-    request = make_request(group("staging-web", "gpu-worker"), operator_user, 2)
+    request = make_request(group("staging-web", "gpu-worker"), operator, 2)
     assert submit_resize(request.pk) == ResizeState.SUBMITTED
     assert follow(request.pk) == ResizeState.IN_PROGRESS
     fake_nks.state.finish_all_resizes()
@@ -409,10 +394,10 @@ def test_a_resize_nks_fails_is_failed_with_its_reason(
 
 @pytest.mark.parametrize(("status", "text"), [(400, "Bad Request"), (409, "Conflict")])
 def test_a_refused_call_fails_the_request_and_is_not_retried(
-    polled: NksAccount, operator_user: Any, fake_nks: FakeNks, status: int, text: str
+    polled: NksAccount, operator: Any, fake_nks: FakeNks, status: int, text: str
 ) -> None:
     fake_nks.fail_next(RESIZE_POSTS, status, method="POST")
-    request = make_request(group("prod-api", "default-worker"), operator_user, 4)
+    request = make_request(group("prod-api", "default-worker"), operator, 4)
     assert submit_resize(request.pk) == ResizeState.FAILED
     request.refresh_from_db()
     assert f"{status} {text}" in request.error
@@ -421,10 +406,10 @@ def test_a_refused_call_fails_the_request_and_is_not_retried(
 
 
 def test_a_server_error_leaves_the_outcome_unknown_until_nks_shows_nothing(
-    polled: NksAccount, operator_user: Any, fake_nks: FakeNks
+    polled: NksAccount, operator: Any, fake_nks: FakeNks
 ) -> None:
     fake_nks.fail_next(RESIZE_POSTS, 500, method="POST")
-    request = make_request(group("prod-api", "default-worker"), operator_user, 4)
+    request = make_request(group("prod-api", "default-worker"), operator, 4)
     assert submit_resize(request.pk) == ResizeState.UNCERTAIN
     request.refresh_from_db()
     assert "may or may not have been applied" in request.error
@@ -437,11 +422,11 @@ def test_a_server_error_leaves_the_outcome_unknown_until_nks_shows_nothing(
 
 
 def test_a_timed_out_call_that_nks_carried_out_is_found_and_followed(
-    polled: NksAccount, operator_user: Any, fake_nks: FakeNks, settings: Any
+    polled: NksAccount, operator: Any, fake_nks: FakeNks, settings: Any
 ) -> None:
     settings.NKS_HTTP_TIMEOUT = 1
     fake_nks.delay_next(RESIZE_POSTS, 1.3, method="POST")
-    request = make_request(group("prod-api", "default-worker"), operator_user, 4)
+    request = make_request(group("prod-api", "default-worker"), operator, 4)
     assert submit_resize(request.pk) == ResizeState.UNCERTAIN
     request.refresh_from_db()
     assert request.error_kind == "timeout"
@@ -456,9 +441,9 @@ def test_a_timed_out_call_that_nks_carried_out_is_found_and_followed(
 
 
 def test_an_accepted_resize_that_never_starts_fails_after_the_follow_window(
-    polled: NksAccount, operator_user: Any, settings: Any
+    polled: NksAccount, operator: Any, settings: Any
 ) -> None:
-    request = make_request(group("prod-api", "default-worker"), operator_user, 4)
+    request = make_request(group("prod-api", "default-worker"), operator, 4)
     called = timezone.now() - timedelta(minutes=settings.NKS_RESIZE_FOLLOW_MINUTES + 1)
     ResizeRequest.objects.filter(pk=request.pk).update(
         state=ResizeState.SUBMITTED, nks_called_at=called
@@ -470,9 +455,9 @@ def test_an_accepted_resize_that_never_starts_fails_after_the_follow_window(
 
 
 def test_nothing_is_sent_when_the_nodegroup_changed_since_the_form(
-    polled: NksAccount, operator_user: Any, fake_nks: FakeNks
+    polled: NksAccount, operator: Any, fake_nks: FakeNks
 ) -> None:
-    request = make_request(group("prod-api", "default-worker"), operator_user, 5)
+    request = make_request(group("prod-api", "default-worker"), operator, 5)
     with fake_nks.state.lock:
         prod = fake_nks.state.find_cluster("prod-api")
         fake_nks.state.add_nodes(prod, prod.nodegroups[0], 1)
@@ -484,9 +469,9 @@ def test_nothing_is_sent_when_the_nodegroup_changed_since_the_form(
 
 
 def test_a_request_whose_worker_died_before_sending_is_failed_not_resent(
-    polled: NksAccount, operator_user: Any, fake_nks: FakeNks
+    polled: NksAccount, operator: Any, fake_nks: FakeNks
 ) -> None:
-    request = make_request(group("prod-api", "default-worker"), operator_user, 4)
+    request = make_request(group("prod-api", "default-worker"), operator, 4)
     ResizeRequest.objects.filter(pk=request.pk).update(
         state=ResizeState.SUBMITTING, created_at=timezone.now() - timedelta(minutes=3)
     )
@@ -497,10 +482,10 @@ def test_a_request_whose_worker_died_before_sending_is_failed_not_resent(
 
 
 def test_the_sweep_resends_lost_tasks_and_restarts_quiet_follow_ups(
-    polled: NksAccount, operator_user: Any
+    polled: NksAccount, operator: Any
 ) -> None:
-    queued = make_request(group("prod-api", "default-worker"), operator_user, 4)
-    followed = make_request(group("staging-web", "gpu-worker"), operator_user, 2)
+    queued = make_request(group("prod-api", "default-worker"), operator, 4)
+    followed = make_request(group("staging-web", "gpu-worker"), operator, 2)
     ResizeRequest.objects.filter(pk=followed.pk).update(state=ResizeState.SUBMITTED)
     now = timezone.now()
     assert sweep_resizes(now).resent == [], "a fresh request's task is still on its way"
@@ -510,9 +495,9 @@ def test_the_sweep_resends_lost_tasks_and_restarts_quiet_follow_ups(
 
 
 def test_the_regular_poll_advances_requests_in_flight(
-    polled: NksAccount, operator_user: Any, fake_nks: FakeNks
+    polled: NksAccount, operator: Any, fake_nks: FakeNks
 ) -> None:
-    request = make_request(group("prod-api", "default-worker"), operator_user, 4)
+    request = make_request(group("prod-api", "default-worker"), operator, 4)
     submit_resize(request.pk)
     fake_nks.state.finish_all_resizes()
     assert poll_account(polled.pk).ok
@@ -524,9 +509,9 @@ def test_the_regular_poll_advances_requests_in_flight(
 
 
 def test_the_request_page_follows_the_request_until_it_is_done(
-    polled: NksAccount, operator_user: Any, operator_client: Client, fake_nks: FakeNks
+    polled: NksAccount, operator: Any, operator_client: Client, fake_nks: FakeNks
 ) -> None:
-    request = make_request(group("prod-api", "default-worker"), operator_user, 4)
+    request = make_request(group("prod-api", "default-worker"), operator, 4)
     url = f"/clusters/resizes/{request.pk}/"
     text = operator_client.get(url).content.decode()
     assert 'data-resize-state="pending"' in text and 'hx-trigger="every 2s"' in text
@@ -553,10 +538,10 @@ def test_the_request_page_follows_the_request_until_it_is_done(
 
 
 def test_the_audit_page_filters_by_cluster_user_and_outcome(
-    polled: NksAccount, operator_user: Any, engineer_client: Client, django_user_model: Any
+    polled: NksAccount, operator: Any, engineer_client: Client, django_user_model: Any
 ) -> None:
     other = django_user_model.objects.create_user("sam")
-    done = make_request(group("prod-api", "default-worker"), operator_user, 4)
+    done = make_request(group("prod-api", "default-worker"), operator, 4)
     ResizeRequest.objects.filter(pk=done.pk).update(state=ResizeState.SUCCEEDED)
     make_request(group("staging-web", "gpu-worker"), other, 2, reason="GPU jobs queued")
     staging = NksCluster.objects.get(name="staging-web")
