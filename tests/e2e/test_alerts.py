@@ -5,6 +5,7 @@ from playwright.sync_api import expect
 
 from alerts.models import Incident, IncidentEvent
 from tests.alerts.factories import make_incident
+from tests.e2e.login import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -18,9 +19,7 @@ def test_engineer_acknowledges_an_incident_from_the_alerts_page(  # type: ignore
     )
 
     page.goto(f"{live_server.url}/alerts/")
-    page.fill("#id_username", "erin")
-    page.fill("#id_password", "engineer-pass-123")
-    page.click("button[type=submit]")
+    log_in(page)
     page.wait_for_url(f"{live_server.url}/alerts/")
 
     expect(page.locator("#nav-alerts-badge")).to_have_text("1")

@@ -22,6 +22,7 @@ from nks.models import NksCluster
 from nks.poller import poll_account
 from nks.services import register_nks_account
 from tests.alerts.factories import make_incident
+from tests.e2e.login import log_in
 from tests.leases.factories import make_cluster, make_lease
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -57,14 +58,13 @@ def demo_nks(settings: Any) -> Iterator[FakeNks]:
 
 
 def test_pages_load_and_refresh_without_a_policy_violation(  # type: ignore[no-untyped-def]
-    live_server, page, django_user_model, demo_nks: FakeNks
+    live_server, page, engineer, demo_nks: FakeNks
 ) -> None:
     cluster = make_cluster("prod")
     make_lease(cluster, "kube-scheduler", holder="<img src=x onerror=alert(1)>")
     make_incident()
     # staging-web's default-worker has 2 ready nodes and 1 not ready: both parts of a bar.
     staging = NksCluster.objects.get(name="staging-web")
-    django_user_model.objects.create_user("erin", password="engineer-pass-123")
 
     violations: list[dict[str, str]] = []
     console: list[str] = []
@@ -91,9 +91,7 @@ def test_pages_load_and_refresh_without_a_policy_violation(  # type: ignore[no-u
     response = page.goto(f"{live_server.url}/login/?next=/leases/")
     policy = response.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "style-src 'self'" in policy
-    page.fill("#id_username", "erin")
-    page.fill("#id_password", "engineer-pass-123")
-    page.click("button[type=submit]")
+    log_in(page)
 
     # The Leases page: its table refreshes in place and shows a lease added meanwhile.
     page.wait_for_url(f"{live_server.url}/leases/")

@@ -6,20 +6,18 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
+from tests.e2e.login import log_in
 from tests.leases.factories import make_cluster, make_many_leases
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_sort_header_and_pager_swap_the_table_in_place(  # type: ignore[no-untyped-def]
-    live_server, page, django_user_model
+    live_server, page, engineer
 ) -> None:
     make_many_leases(make_cluster(), 130)
-    django_user_model.objects.create_user("erin", password="engineer-pass-123")
     page.goto(f"{live_server.url}/login/?next=/leases/")
-    page.fill("#id_username", "erin")
-    page.fill("#id_password", "engineer-pass-123")
-    page.click("button[type=submit]")
+    log_in(page)
     first_cell = page.locator("#lease-table tbody tr td:nth-child(3)").first
     expect(first_cell).to_have_text("node-0000")
     page.evaluate("window.__still_the_same_page = true")

@@ -1,40 +1,27 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from playwright.sync_api import expect
 
 from fakes.kube import FakeApiServer
-from tests.leases.test_watcher import TOKEN, RunningWatcher, leader_spec, register
+from tests.e2e.login import log_in
+from tests.leases.test_watcher import RunningWatcher, leader_spec, register
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(token=TOKEN, bookmark_interval=0.5).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_new_holder_appears_on_the_leases_page_without_a_reload(
     live_server,
     page,
-    django_user_model,
+    engineer,
     apiserver: FakeApiServer,  # type: ignore[no-untyped-def]
 ) -> None:
     apiserver.store.apply_lease("kube-system", "kube-scheduler", leader_spec("master-0_first", 3))
     cluster = register(apiserver)
-    django_user_model.objects.create_user("erin", password="engineer-pass-123")
 
     with RunningWatcher(cluster):
         page.goto(f"{live_server.url}/login/?next=/leases/%3Fq%3Dkube-scheduler")
-        page.fill("#id_username", "erin")
-        page.fill("#id_password", "engineer-pass-123")
-        page.click("button[type=submit]")
+        log_in(page)
         table = page.locator("#lease-table")
         expect(table).to_contain_text("master-0_first", timeout=10_000)
         page.evaluate("window.__still_the_same_page = true")

@@ -7,7 +7,6 @@ Kubernetes API whose Node's Ready condition is flipped.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,8 +16,10 @@ from playwright.sync_api import expect
 from fakes.kube import FakeApiServer
 from fakes.kube.node_scenarios import add_node
 from leases.models import NODEGROUP_LABEL, ConditionStatus, KubeCluster
+from nks.models import NksCluster
 from tests.alerts.factories import make_account, make_nks_cluster, make_nodegroup
-from tests.leases.test_watcher import TOKEN, RunningWatcher, register
+from tests.e2e.login import log_in
+from tests.leases.test_watcher import RunningWatcher, register
 from tests.nks.nodes import make_node, set_ready, watched_cluster
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -26,23 +27,32 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 INSTANCES = [f"3f1c2b7e-0000-4000-8000-00000000000{index}" for index in range(3)]
 
 
-def test_nodegroup_page_shows_a_node_going_notready_without_a_reload(
-    live_server: Any, page: Any, django_user_model: Any, settings: Any
-) -> None:
+@pytest.fixture
+def pool_a(settings: Any, engineer: Any) -> NksCluster:
+    """NKS cluster prod, whose nodegroup pool-a has 3 nodes, all ready in NKS's eyes; pages
+    refresh every second, and erin may log in."""
     settings.PAGE_REFRESH_SECONDS = 1
     cluster = make_nks_cluster(make_account(), "prod")
     make_nodegroup(cluster, "pool-a", node_count=3, ready=3, not_ready=0)
+    return cluster
+
+
+def open_nodegroup_page(page: Any, live_server: Any, cluster: NksCluster) -> None:
+    """pool-a's page, logged in as erin on the way."""
+    page.goto(f"{live_server.url}/login/?next=/clusters/{cluster.uuid}/nodegroups/pool-a/")
+    log_in(page)
+
+
+def test_nodegroup_page_shows_a_node_going_notready_without_a_reload(
+    live_server: Any, page: Any, pool_a: NksCluster
+) -> None:
     kube = watched_cluster("prod")
     nodes = [
         make_node(kube, f"prod-pool-a-{index}", nodegroup="pool-a", instance=INSTANCES[index])
         for index in range(3)
     ]
-    django_user_model.objects.create_user("erin", password="engineer-pass-123")
 
-    page.goto(f"{live_server.url}/login/?next=/clusters/{cluster.uuid}/nodegroups/pool-a/")
-    page.fill("#id_username", "erin")
-    page.fill("#id_password", "engineer-pass-123")
-    page.click("button[type=submit]")
+    open_nodegroup_page(page, live_server, pool_a)
     row = page.locator('#nodes tr[data-node="prod-pool-a-2"]')
     expect(row).to_have_attribute("data-ready", "True")
     expect(page.locator("#nodes [data-cross-check]")).to_have_attribute("data-agrees", "true")
@@ -62,21 +72,9 @@ def test_nodegroup_page_shows_a_node_going_notready_without_a_reload(
     assert page.evaluate("window.__still_the_same_page === true"), "the page was reloaded"
 
 
-@pytest.fixture
-def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(token=TOKEN, bookmark_interval=0.5).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_a_node_the_live_watcher_sees_go_notready_changes_the_open_page(
-    live_server: Any, page: Any, django_user_model: Any, settings: Any, apiserver: FakeApiServer
+    live_server: Any, page: Any, pool_a: NksCluster, apiserver: FakeApiServer
 ) -> None:
-    settings.PAGE_REFRESH_SECONDS = 1
-    cluster = make_nks_cluster(make_account(), "prod")
-    make_nodegroup(cluster, "pool-a", node_count=3, ready=3, not_ready=0)
     for index in range(3):
         add_node(
             apiserver.store,
@@ -85,13 +83,9 @@ def test_a_node_the_live_watcher_sees_go_notready_changes_the_open_page(
             labels={NODEGROUP_LABEL: "pool-a"},
         )
     kube = register(apiserver, name="prod")  # the NKS cluster's name: linked by it
-    django_user_model.objects.create_user("erin", password="engineer-pass-123")
 
     with RunningWatcher(kube):
-        page.goto(f"{live_server.url}/login/?next=/clusters/{cluster.uuid}/nodegroups/pool-a/")
-        page.fill("#id_username", "erin")
-        page.fill("#id_password", "engineer-pass-123")
-        page.click("button[type=submit]")
+        open_nodegroup_page(page, live_server, pool_a)
         row = page.locator('#nodes tr[data-node="prod-pool-a-1"]')
         expect(row).to_have_attribute("data-ready", "True", timeout=15_000)
         expect(row).to_contain_text(INSTANCES[1])

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group
 from django.db import connections
 
 from fakes.nks import FakeNks
@@ -21,6 +20,7 @@ from nks.accounts import forget_clients
 from nks.models import NksCluster, ResizeRequest, ResizeState
 from nks.poller import poll_account
 from nks.services import register_nks_account
+from tests.e2e.login import OPERATOR, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -51,21 +51,17 @@ def closes_its_connections() -> Iterator[None]:
 def test_an_operator_resizes_a_nodegroup_and_sees_it_succeed_live(
     live_server: Any,
     page: Any,
-    django_user_model: Any,
+    operator: Any,
     fast_nks: FakeNks,
     celery_worker: None,
     closes_its_connections: None,
 ) -> None:
-    operator = django_user_model.objects.create_user("olivia", password="operator-pass-123")
-    operator.groups.add(Group.objects.get(name="operators"))
     account, _ = register_nks_account("demo", api_url=fast_nks.url, **fast_nks.credentials())
     assert poll_account(account.pk).ok
     cluster = NksCluster.objects.get(name="prod-api")
 
     page.goto(f"{live_server.url}/clusters/{cluster.uuid}/nodegroups/default-worker/")
-    page.fill("#id_username", "olivia")
-    page.fill("#id_password", "operator-pass-123")
-    page.click("button[type=submit]")
+    log_in(page, OPERATOR)
     page.wait_for_selector("#id_node_count")
     assert page.input_value("#id_node_count") == "3"
     page.fill("#id_node_count", "4")

@@ -2,17 +2,15 @@ from __future__ import annotations
 
 import pytest
 
+from tests.e2e.login import log_in
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_engineer_logs_in_and_sees_the_navigation(live_server, page, django_user_model) -> None:  # type: ignore[no-untyped-def]
-    django_user_model.objects.create_user("erin", password="engineer-pass-123")
-
+def test_engineer_logs_in_and_sees_the_navigation(live_server, page, engineer) -> None:  # type: ignore[no-untyped-def]
     page.goto(f"{live_server.url}/leases/")
     assert "/login/" in page.url, "an anonymous visitor is sent to the login page"
-    page.fill("#id_username", "erin")
-    page.fill("#id_password", "engineer-pass-123")
-    page.click("button[type=submit]")
+    log_in(page)
 
     page.wait_for_url(f"{live_server.url}/leases/")
     navigation = page.locator("nav.nav a")
