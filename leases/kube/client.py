@@ -1,7 +1,7 @@
-"""The Kubernetes API client: the only module that imports the official `kubernetes` SDK.
+"""Connecting, listing and error translation (the watch streams are in leases.kube.watch).
 
-The SDK handles kubeconfig, authentication and TLS. Lists and watches are read raw
-(`_preload_content=False`) and parsed with orjson: building SDK model objects per event is
+The SDK handles kubeconfig, authentication and TLS. Lists are read raw
+(`_preload_content=False`) and parsed with orjson: building SDK model objects per item is
 ~10x slower, and the watcher only needs a few fields.
 
 Every failure becomes a `KubeError` whose message is written for an on-call engineer and
@@ -10,6 +10,7 @@ never contains credentials or kubeconfig content.
 
 from __future__ import annotations
 
+import http.client
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -174,81 +175,6 @@ def _list_page(
     )
 
 
-class WatchStream:
-    """An open watch: yields raw lines; `close()` from another thread ends it at once."""
-
-    def __init__(
-        self,
-        api: k8s.ApiClient,
-        response: urllib3.BaseHTTPResponse,
-        action: str = "watch leases",
-        grant: str = "",
-    ) -> None:
-        self._api = api
-        self._response = response
-        self.action = action
-        self._grant = grant
-
-    def lines(self) -> Iterator[bytes]:
-        """Complete lines only: a line cut by a dropped connection is never yielded."""
-        buffer = b""
-        with _translated_errors(self._api, self.action, self._grant):
-            for chunk in self._response.stream(65536, decode_content=True):
-                buffer += chunk
-                if b"\n" not in buffer:
-                    continue
-                *complete, buffer = buffer.split(b"\n")
-                for line in complete:
-                    if line.strip():
-                        yield line
-        if buffer.strip():
-            logger.info("watch stream ended inside a line; it will resume from the last event")
-
-    def close(self) -> None:
-        try:
-            self._response.shutdown()
-        except Exception:
-            logger.debug("closing the watch response failed", exc_info=True)
-        self._response.release_conn()
-
-
-def open_lease_watch(
-    api: k8s.ApiClient, resource_version: str, timeout_seconds: int
-) -> WatchStream:
-    """A watch of all Leases from `resource_version`, with bookmarks."""
-    call = k8s.CoordinationV1Api(api).list_lease_for_all_namespaces
-    return _open_watch(api, call, "leases", LEASE_GRANT, resource_version, timeout_seconds)
-
-
-def open_node_watch(api: k8s.ApiClient, resource_version: str, timeout_seconds: int) -> WatchStream:
-    """A watch of all Nodes from `resource_version`, with bookmarks."""
-    call = k8s.CoreV1Api(api).list_node
-    return _open_watch(api, call, "nodes", NODE_GRANT, resource_version, timeout_seconds)
-
-
-def _open_watch(
-    api: k8s.ApiClient,
-    call: Callable[..., Any],
-    plural: str,
-    grant: str,
-    resource_version: str,
-    timeout_seconds: int,
-) -> WatchStream:
-    """The read timeout is longer than the server's own `timeoutSeconds`, so a healthy but
-    quiet stream ends by the server, and only a dead connection ends by our timeout."""
-    action = f"watch {plural}"
-    with _translated_errors(api, action, grant):
-        response = call(
-            watch=True,
-            allow_watch_bookmarks=True,
-            resource_version=resource_version,
-            timeout_seconds=timeout_seconds,
-            _preload_content=False,
-            _request_timeout=(CONNECT_TIMEOUT_SECONDS, timeout_seconds + 30),
-        )
-    return WatchStream(api, response, action, grant)
-
-
 def list_lease_candidates(api: k8s.ApiClient) -> tuple[str, list[dict[str, Any]]]:
     """LeaseCandidates from the newest served version; ("", []) when none is served."""
     custom = k8s.CustomObjectsApi(api)
@@ -409,8 +335,14 @@ class _translated_errors:
                 "(read timeout).",
                 kind="timeout",
             )
+        # http.client's own errors come from the watch stream's direct read (watch.py):
+        # IncompleteRead when the connection drops inside a chunk.
         if isinstance(
-            exc, urllib3.exceptions.ProtocolError | urllib3.exceptions.HTTPError | OSError
+            exc,
+            urllib3.exceptions.ProtocolError
+            | urllib3.exceptions.HTTPError
+            | OSError
+            | http.client.HTTPException,
         ):
             return KubeError(
                 f"The connection to the API server at {server} broke while trying to {action} "

@@ -1,0 +1,56 @@
+"""The Kubernetes API client: the only package that imports the official `kubernetes` SDK.
+
+`client` connects, lists and translates every failure into a `KubeError` written for an
+on-call engineer (never with credentials or kubeconfig content); `watch` opens watch
+streams and reads them. Callers use the names re-exported here.
+"""
+
+from leases.kube.client import (
+    CANDIDATE_API_VERSIONS,
+    CONNECT_TIMEOUT_SECONDS,
+    COORDINATION_GROUP,
+    LEASE_GRANT,
+    LIST_PAGE_SIZE,
+    LIST_READ_TIMEOUT_SECONDS,
+    NODE_GRANT,
+    CheckedKubeconfig,
+    ClusterConfig,
+    KubeError,
+    ListPage,
+    connect,
+    iter_all_leases,
+    iter_all_nodes,
+    list_lease_candidates,
+    list_leases,
+    list_nodes,
+    parse_kubeconfig,
+    server_address,
+    status_error,
+)
+from leases.kube.watch import WatchStream, open_lease_watch, open_node_watch
+
+__all__ = [
+    "CANDIDATE_API_VERSIONS",
+    "CONNECT_TIMEOUT_SECONDS",
+    "COORDINATION_GROUP",
+    "LEASE_GRANT",
+    "LIST_PAGE_SIZE",
+    "LIST_READ_TIMEOUT_SECONDS",
+    "NODE_GRANT",
+    "CheckedKubeconfig",
+    "ClusterConfig",
+    "KubeError",
+    "ListPage",
+    "WatchStream",
+    "connect",
+    "iter_all_leases",
+    "iter_all_nodes",
+    "list_lease_candidates",
+    "list_leases",
+    "list_nodes",
+    "open_lease_watch",
+    "open_node_watch",
+    "parse_kubeconfig",
+    "server_address",
+    "status_error",
+]
