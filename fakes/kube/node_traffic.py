@@ -5,7 +5,6 @@ lastHeartbeatTime moves, written in batches under one lock like the Lease renewa
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -14,7 +13,6 @@ from fakes.kube.kubelet import KUBELET_CONDITIONS, kubelet_labels, kubelet_statu
 from fakes.kube.node_schema import clean_node_status, format_node_time
 from fakes.kube.renewals import RenewalTraffic, _collector_paused
 from fakes.kube.resources import LEASES, NODES, format_micro_time
-from fakes.kube.storage import BULK_BATCH
 
 _KUBELET_OWNED = frozenset(kind for kind, *_ in KUBELET_CONDITIONS)
 
@@ -91,17 +89,8 @@ class NodeTraffic(RenewalTraffic):
             keys = list(self._keys_locked(NODES))
         if not keys:
             raise ValueError("no nodes to post status for")
-        batch = BULK_BATCH if rate is None else max(1, min(BULK_BATCH, int(rate / 100)))
-        started = time.monotonic()
-        emitted = 0
         nodes = self._objects[NODES.plural]
-        while emitted < count:
-            size = min(batch, count - emitted)
-            if rate is not None:
-                delay = started + emitted / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            self._wait_for_slow_watches()
+        for size in self._paced_batches(count, rate):
             stamp = format_node_time(self._clock())
             with self._lock, _collector_paused():
                 cursor = self._node_status_cursor
@@ -125,5 +114,4 @@ class NodeTraffic(RenewalTraffic):
                     self._commit_locked(NODES, key, obj, resource_version, "MODIFIED", notify=False)
                 self._node_status_cursor = (cursor + size) % len(keys)
                 self._after_append_locked()
-            emitted += size
         return self.resource_version

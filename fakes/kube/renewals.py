@@ -137,6 +137,21 @@ class RenewalTraffic(StoreBase):
             keys = self._keys_locked(LEASES)[low:high]
         if not keys:
             raise ValueError(f"no leases in namespace {namespace!r} to renew")
+        for size in self._paced_batches(count, rate):
+            stamp = format_micro_time(self._clock())
+            with self._lock, _collector_paused():
+                cursor = self._renewal_cursor
+                for offset in range(size):
+                    self._renew_locked(keys[(cursor + offset) % len(keys)], stamp, notify=False)
+                self._renewal_cursor = (cursor + size) % len(keys)
+                self._after_append_locked()
+        return self.resource_version
+
+    def _paced_batches(self, count: int, rate: float | None) -> Iterator[int]:
+        """The sizes of the batches `count` bulk writes go in, each yielded when it may be
+        written: at once in batches of BULK_BATCH (with `rate` None), or `rate` writes a second
+        in batches of a hundredth of it; never more than half the event window ahead of the
+        slowest open watch."""
         batch = BULK_BATCH if rate is None else max(1, min(BULK_BATCH, int(rate / 100)))
         started = time.monotonic()
         emitted = 0
@@ -147,15 +162,8 @@ class RenewalTraffic(StoreBase):
                 if delay > 0:
                     time.sleep(delay)
             self._wait_for_slow_watches()
-            stamp = format_micro_time(self._clock())
-            with self._lock, _collector_paused():
-                cursor = self._renewal_cursor
-                for offset in range(size):
-                    self._renew_locked(keys[(cursor + offset) % len(keys)], stamp, notify=False)
-                self._renewal_cursor = (cursor + size) % len(keys)
-                self._after_append_locked()
+            yield size
             emitted += size
-        return self.resource_version
 
     def prepare_renewals(
         self, count: int, *, namespace: str = "kube-node-lease"
