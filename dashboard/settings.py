@@ -246,8 +246,7 @@ CACHE_KEY_PREFIX = env_str("CACHE_KEY_PREFIX", "dashboard")
 
 if REDIS_URL:
     _cache_backend: dict[str, object] = {
-        # Django's, keeping one client per connection pool instead of one per call.
-        "BACKEND": "dashboard.cache.RedisCache",
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "OPTIONS": {"socket_connect_timeout": 3, "socket_timeout": 5},
     }
@@ -263,6 +262,10 @@ CACHES = {
     "locks": {**_cache_backend, "KEY_PREFIX": f"{CACHE_KEY_PREFIX}:lock", "TIMEOUT": 30},
 }
 if REDIS_URL:
+    # Every request reads its session (and a shared partial) through the default cache:
+    # Django's backend, keeping one redis-py client per pool instead of one per call. The
+    # locks, a few calls a minute, keep Django's own.
+    CACHES["default"]["BACKEND"] = "dashboard.cache.RedisCache"
     # Sessions read from Redis on every request, written through to the database: one
     # query less per page and per HTMX refresh, and logins survive a Redis restart.
     SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
