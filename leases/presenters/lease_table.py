@@ -14,13 +14,12 @@ from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
 from django.db import connection
-from django.db.models.query import RawQuerySet
 
 from dashboard.flapping import FlapPolicy, flap_policy, policy_query
 from dashboard.links import lease_url
 from dashboard.timefmt import format_duration, iso_js, relative_text
 from leases.cursors import SORT_KEYS, Cursor
-from leases.models import KubeCluster, LeaseState, lease_state
+from leases.models import LeaseState, lease_state
 from leases.presenters.display import (
     CLASS_LABELS,
     HOLDER_DISPLAY_CHARS,
@@ -29,7 +28,13 @@ from leases.presenters.display import (
     leases_prefix,
     shorten,
 )
-from leases.presenters.watchers import ClusterStatus, cluster_status, watched_clusters_sql
+from leases.presenters.watchers import (
+    ClusterStatus,
+    cluster_status,
+    cluster_statuses,
+    clusters_from_rows,
+    watched_clusters_sql,
+)
 from leases.queries import LeaseFilters, table_page
 
 PAGE_SIZE = 100
@@ -165,21 +170,15 @@ def _clusters_and_policy(now: datetime) -> tuple[list[ClusterStatus], FlapPolicy
     beside it, read afresh on every refresh (the table's first round trip, not its third)."""
     statement = _clusters_and_policy_sql()
     if statement is None:
-        clusters = [
-            cluster_status(cluster, now) for cluster in _raw_clusters(watched_clusters_sql())
-        ]
-        return clusters, flap_policy()
-    sql, params = statement
-    rows = list(_raw_clusters(sql, params))
+        return cluster_statuses(now), flap_policy()
+    with connection.cursor() as cursor:
+        cursor.execute(*statement)
+        rows = cursor.fetchall()
     if not rows:
         return [], flap_policy()  # no cluster row to carry the values: ask on their own
-    first = rows[0]
-    policy = FlapPolicy.configured(first.flap_changes, first.flap_window_seconds)
-    return [cluster_status(cluster, now) for cluster in rows], policy
-
-
-def _raw_clusters(sql: str, params: tuple[object, ...] = ()) -> RawQuerySet[KubeCluster]:
-    return KubeCluster.objects.raw(sql, params)
+    # The statement's last two columns: the rule's threshold and window.
+    policy = FlapPolicy.configured(*rows[0][-2:])
+    return [cluster_status(cluster, now) for cluster in clusters_from_rows(rows)], policy
 
 
 @cache

@@ -3,9 +3,14 @@ and the banners and pills of every Leases page); and where each cluster's Node w
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from typing import Any
+
+from django.db import connection
+from django.db.models import Field
 
 from dashboard.timefmt import When, format_duration, when
 from leases.models import KubeCluster, Node, ResourceWatchState
@@ -197,14 +202,52 @@ def cluster_status(cluster: KubeCluster, now: datetime) -> ClusterStatus:
 
 
 @cache
+def _cluster_fields() -> tuple[Field[Any, Any], ...]:
+    # The kubeconfig is a secret: the pages never even read it.
+    return tuple(f for f in KubeCluster._meta.concrete_fields if f.name != "kubeconfig")
+
+
+@cache
 def watched_clusters_sql() -> str:
     """The clusters as every page lists them, by name, compiled once: the question never
-    changes and has no parameters. The kubeconfig is a secret: the pages never even read it."""
-    sql, _ = KubeCluster.objects.defer("kubeconfig").order_by("name").query.sql_with_params()
+    changes and has no parameters. Its columns are `_cluster_fields()`, in that order."""
+    names = [field.name for field in _cluster_fields()]
+    sql, _ = KubeCluster.objects.only(*names).order_by("name").query.sql_with_params()
     return sql
 
 
+@cache
+def _cluster_converters() -> tuple[tuple[int, Any, Any], ...]:
+    """(column, converter, expression) for each value the database returns as something
+    else than the field's Python value (SQLite's times, booleans), as the ORM applies them."""
+    found = []
+    for index, field in enumerate(_cluster_fields()):
+        column = field.get_col(KubeCluster._meta.db_table)
+        for converter in connection.ops.get_db_converters(column) + field.get_db_converters(
+            connection
+        ):
+            found.append((index, converter, column))
+    return tuple(found)
+
+
+def clusters_from_rows(rows: Iterable[Sequence[Any]]) -> list[KubeCluster]:
+    """Clusters from rows that begin with `watched_clusters_sql()`'s columns (any after them
+    are ignored), built as the ORM builds them. Not a RawQuerySet: its per-query mapping of
+    columns to fields cost more than the query itself (0.14 ms of 0.22 for one cluster)."""
+    fields = _cluster_fields()
+    attnames = [field.attname for field in fields]
+    converters = _cluster_converters()
+    clusters = []
+    for row in rows:
+        values = list(row[: len(fields)])
+        for index, converter, column in converters:
+            values[index] = converter(values[index], column, connection)
+        clusters.append(KubeCluster.from_db(connection.alias, attnames, values))
+    return clusters
+
+
 def cluster_statuses(now: datetime) -> list[ClusterStatus]:
-    return [
-        cluster_status(cluster, now) for cluster in KubeCluster.objects.raw(watched_clusters_sql())
-    ]
+    with connection.cursor() as cursor:
+        cursor.execute(watched_clusters_sql())
+        rows = cursor.fetchall()
+    return [cluster_status(cluster, now) for cluster in clusters_from_rows(rows)]
