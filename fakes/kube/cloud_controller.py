@@ -49,9 +49,9 @@ from fakes.kube.demo_nodes import (
     DemoNode,
     Kubelet,
     demo_nks_state,
-    node_labels,
+    register_node,
 )
-from fakes.kube.node_scenarios import add_node, remove_node
+from fakes.kube.node_scenarios import remove_node
 from fakes.kube.timeline import ScenarioRunner
 from fakes.nks.model import FakeCluster
 from fakes.nks.routes import IDENTITY_PREFIX
@@ -330,24 +330,15 @@ class CloudController:
         if fleet is None or node.internal_ip not in self._listed:
             return  # the instance went away before its kubelet started
         store = self.scenario.store
-        add_node(
-            store,
-            node.name,
-            provider_id=f"openstack:///{node.instance_uuid}",
-            internal_ip=node.internal_ip,
-            labels=node_labels(node),
-            kubelet_version=node.kubelet_version,
-            ready=False,
-            at=at,
-            created_at=at,
-        )
+        register_node(store, node, at, ready=False)
         # The node lifecycle controller taints a NotReady node at once.
         store.set_node_ready(node.name, False, at=at)
         kubelet = Kubelet(store, node, lambda when: True, at)
-        fleet.add(kubelet)
-        self.scenario.every(at + LEASE_RENEW_INTERVAL, LEASE_RENEW_INTERVAL, kubelet.renew)
-        self.scenario.every(
-            at + STATUS_REPORT_INTERVAL, STATUS_REPORT_INTERVAL, kubelet.post_status
+        fleet.start(
+            self.scenario,
+            kubelet,
+            first_renewal=at + LEASE_RENEW_INTERVAL,
+            first_status=at + STATUS_REPORT_INTERVAL,
         )
         self.scenario.at(
             at + self.timings.ready_after, lambda when: self._network_up(kubelet, when)

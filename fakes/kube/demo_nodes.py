@@ -113,6 +113,22 @@ def node_labels(node: DemoNode) -> dict[str, str]:
     }
 
 
+def register_node(store: ObjectStore, node: DemoNode, at: float, *, ready: bool = True) -> None:
+    """`node`'s kubelet registers its Node (its instance's providerID and address, Magnum's
+    labels) and heartbeat Lease at `at`, Ready or NotReady."""
+    add_node(
+        store,
+        node.name,
+        provider_id=f"openstack:///{node.instance_uuid}",
+        internal_ip=node.internal_ip,
+        labels=node_labels(node),
+        kubelet_version=node.kubelet_version,
+        ready=ready,
+        at=at,
+        created_at=at,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class SilenceCycle:
     starts: float  # scenario time of the first silence
@@ -171,8 +187,13 @@ class NodeFleet:
     def __init__(self) -> None:
         self.kubelets: dict[str, Kubelet] = {}
 
-    def add(self, kubelet: Kubelet) -> None:
+    def start(
+        self, scenario: Scenario, kubelet: Kubelet, *, first_renewal: float, first_status: float
+    ) -> None:
+        """Add `kubelet`, and schedule its Lease renewals and status posts from these times."""
         self.kubelets[kubelet.name] = kubelet
+        scenario.every(first_renewal, LEASE_RENEW_INTERVAL, kubelet.renew)
+        scenario.every(first_status, STATUS_REPORT_INTERVAL, kubelet.post_status)
 
     def power_off(self, name: str) -> None:
         """The node's instance is gone: its kubelet posts nothing more (the dead NotReady
@@ -203,17 +224,7 @@ def run_node_fleet(
     )
     fleet = NodeFleet()
     for node in nodes:
-        joined = now - node.age_seconds
-        add_node(
-            store,
-            node.name,
-            provider_id=f"openstack:///{node.instance_uuid}",
-            internal_ip=node.internal_ip,
-            labels=node_labels(node),
-            kubelet_version=node.kubelet_version,
-            at=joined,
-            created_at=joined,
-        )
+        register_node(store, node, now - node.age_seconds)
         if not node.ready:
             died = now - DEAD_FOR
             store.renew_lease(NODE_LEASE_NAMESPACE, node.name, died)
@@ -225,11 +236,13 @@ def run_node_fleet(
         store.renew_lease(NODE_LEASE_NAMESPACE, node.name, renewed)
         store.heartbeat_node(node.name, at=now - STATUS_REPORT_INTERVAL + phase)
         alive = (lambda when: not silence.silent_at(when)) if node.name == silent_name else _always
-        kubelet = Kubelet(store, node, alive, renewed)
-        fleet.add(kubelet)
-        scenario.every(renewed + LEASE_RENEW_INTERVAL, LEASE_RENEW_INTERVAL, kubelet.renew)
         status_phase = phase * STATUS_REPORT_INTERVAL / LEASE_RENEW_INTERVAL
-        scenario.every(now + status_phase, STATUS_REPORT_INTERVAL, kubelet.post_status)
+        fleet.start(
+            scenario,
+            Kubelet(store, node, alive, renewed),
+            first_renewal=renewed + LEASE_RENEW_INTERVAL,
+            first_status=now + status_phase,
+        )
 
     scenario.every(now + NODE_MONITOR_PERIOD, NODE_MONITOR_PERIOD, fleet.monitor)
     return fleet
