@@ -137,7 +137,6 @@ class LeaseIngestor:
         identity = lease_identity(obj)
         if identity is None:
             return False
-        received = time.monotonic() if received is None else received
         key = identity.key
         with self._lock:
             batch = self._batch
@@ -155,8 +154,8 @@ class LeaseIngestor:
                 self._known[key] = KnownLease(identity.holder, identity.lease_transitions)
             # else a renewal: what is known stays as it is, nothing to allocate.
             batch.leases[key] = obj
-            if key not in batch.received:
-                batch.received[key] = received
+            if key not in batch.received:  # the clock is read only for a lease's first event
+                batch.received[key] = time.monotonic() if received is None else received
             if batch.deleted:
                 batch.deleted.pop(key, None)
         return True
@@ -244,9 +243,9 @@ class LeaseIngestor:
         gone meanwhile, by the full upsert. Both leave the same row.
         """
         now = timezone.now()
-        with self._lock:
-            renewable = {key: self._renewable.get(key) for key, _ in chunk}
-            lease_ids = {key: self._lease_ids.get(key) for key, _ in chunk}
+        # Read without the lock: single dict reads are atomic, and a deletion observed
+        # meanwhile is written by the next flush whichever way this one writes the lease.
+        renewable, lease_ids = self._renewable.get, self._lease_ids.get
         renewals: dict[int, tuple[Key, dict[str, Any], Renewal]] = {}
         full: list[tuple[Key, dict[str, Any]]] = []
         digests: dict[Key, bytes] = {}
@@ -254,8 +253,8 @@ class LeaseIngestor:
             shape = renewal_shape(obj)
             if shape is not None:
                 digests[key] = shape.digest
-                lease_id = lease_ids[key]
-                if lease_id is not None and renewable[key] == shape.digest:
+                lease_id = lease_ids(key)
+                if lease_id is not None and renewable(key) == shape.digest:
                     renew_time, expires_at = renewal_times(obj["spec"], shape.renew_text)
                     renewal = Renewal(
                         lease_id, shape.renew_text, renew_time, expires_at, shape.resource_version
