@@ -11,6 +11,7 @@ other keeps being read.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -50,6 +51,20 @@ FLUSH_INTERVAL_SECONDS = 0.5
 LOCK_RENEW_INTERVAL_SECONDS = 5.0
 CANDIDATES_INTERVAL_SECONDS = 15.0
 SETTINGS_CHECK_INTERVAL_SECONDS = 5.0
+
+
+def _freeze_long_lived_objects() -> None:
+    """Take what the process holds now out of the cyclic collector's full passes.
+
+    A watcher runs as long as its worker: Django, the Kubernetes SDK and the known state
+    (about 200,000 objects) stay alive as long as it does, yet every full collection walks
+    them all. Measured at 1,500 events/s: about 130 ms per full collection, one every 10-20
+    s, over a core share of about 3 %. Garbage cycles present now are collected first, so
+    nothing unreachable is kept; objects freed later by reference counting are freed as
+    before (only cycles among frozen objects would stay).
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _lease_key(obj: Any) -> tuple[str, str] | None:
@@ -140,6 +155,7 @@ class LeaseWatcher:
             self.backoff.fresh(),
         )
         KubeCluster.objects.filter(pk=self.cluster_id).update(watcher_id=self.owner[:200])
+        _freeze_long_lived_objects()
         housekeeping = threading.Thread(
             target=self._housekeeping, name=f"watch-housekeeping-{self.cluster_id}", daemon=True
         )

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import http.client
 import logging
+import select
+import socket
+import ssl
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,6 +33,11 @@ logger = logging.getLogger(__name__)
 
 # The most one read takes; a busy stream fills it, a quiet one returns what it has.
 READ_SIZE = 256 * 1024
+# After a read that emptied the socket, wait this long before the next: the events that
+# arrive meanwhile are read together. A cluster's renewals arrive one by one, spread over
+# time, and each read (wake-up, GIL, chunk parsing) costs as much as parsing a few events;
+# 50 ms is nothing beside the 500 ms between flushes, and the stream stays fully read.
+READ_PAUSE_SECONDS = 0.05
 
 
 class WatchStream:
@@ -40,16 +49,20 @@ class WatchStream:
         response: urllib3.BaseHTTPResponse,
         action: str = "watch leases",
         grant: str = "",
+        read_pause: float = READ_PAUSE_SECONDS,
     ) -> None:
         self._api = api
         self._response = response
         self.action = action
         self._grant = grant
+        self.read_pause = read_pause
 
     def batches(self) -> Iterator[list[bytes]]:
         """The complete, non-blank lines of each read, in order; a line cut by a dropped
         connection is never yielded."""
         read = _read1(self._response)
+        sock = getattr(getattr(self._response, "connection", None), "sock", None)
+        pause = self.read_pause if isinstance(sock, socket.socket) else 0.0
         buffer = b""
         with _translated_errors(self._api, self.action, self._grant):
             while True:
@@ -66,6 +79,10 @@ class WatchStream:
                 lines = [line for line in complete if line and not line.isspace()]
                 if lines:
                     yield lines
+                if pause and not _more_waiting(sock):  # type: ignore[arg-type]
+                    # Caught up: let the next events gather. With more waiting (a backlog),
+                    # read on at once. A close() from another thread ends the next read.
+                    time.sleep(pause)
         if buffer.strip():
             logger.info("watch stream ended inside a line; it will resume from the last event")
 
@@ -80,6 +97,19 @@ class WatchStream:
         except Exception:
             logger.debug("closing the watch response failed", exc_info=True)
         self._response.release_conn()
+
+
+def _more_waiting(sock: socket.socket) -> bool:
+    """Bytes are waiting to be read: in the socket, or decrypted inside TLS (which select
+    cannot see). A read's own buffer may hold a chunk's start too; it is read after the
+    pause, so a pause only ever delays, never drops, and a backlog never builds up."""
+    try:
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True  # closed meanwhile: the next read says how
+    return bool(readable)
 
 
 def _read1(response: urllib3.BaseHTTPResponse) -> Callable[[int], bytes]:
