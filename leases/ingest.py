@@ -27,15 +27,14 @@ from django.utils import timezone
 
 from leases.lease_rows import (
     UPSERT_BATCH_SIZE,
-    Renewal,
+    Renewals,
     renew_leases,
     sync_candidates,
     upsert_leases,
 )
 from leases.models import Lease, LeaseTransition
 from leases.parse import (
-    LeaseIdentity,
-    lease_identity,
+    lease_state,
     parse_lease,
     parse_time,
     renewal_shape,
@@ -110,9 +109,9 @@ class LeaseIngestor:
         self._batch = _Batch()
         self._known: dict[Key, KnownLease] = {}
         self._lease_ids: dict[Key, int] = {}
-        # The renewal digest (parse.renewal_shape) of what each row holds, as committed by
-        # this ingestor: an object with the same digest is written as a renewal, without
-        # the full parse. Absent: the next write of that lease is a full upsert.
+        # The stable part (parse.renewal_shape) of what each row holds, as committed by
+        # this ingestor: an object with the same stable part is written as a renewal,
+        # without the full parse. Absent: the next write of that lease is a full upsert.
         self._renewable: dict[Key, bytes] = {}
         self.load_known()
 
@@ -134,24 +133,21 @@ class LeaseIngestor:
 
     def observe(self, obj: dict[str, Any], received: float | None = None) -> bool:
         """An ADDED or MODIFIED object; False when it is not a usable Lease."""
-        identity = lease_identity(obj)
-        if identity is None:
+        state = lease_state(obj)
+        if state is None:
             return False
-        key = identity.key
+        key, holder, lease_transitions, spec = state
         with self._lock:
             batch = self._batch
             batch.events += 1
             previous = self._known.get(key)
             if previous is None:
-                self._known[key] = KnownLease(identity.holder, identity.lease_transitions)
-            elif (
-                previous.holder != identity.holder
-                or previous.lease_transitions != identity.lease_transitions
-            ):
-                transition = _transition_between(previous, identity)
+                self._known[key] = KnownLease(holder, lease_transitions)
+            elif previous.holder != holder or previous.lease_transitions != lease_transitions:
+                transition = _transition_between(previous, key, holder, lease_transitions, spec)
                 if transition is not None:
                     batch.transitions.append(transition)
-                self._known[key] = KnownLease(identity.holder, identity.lease_transitions)
+                self._known[key] = KnownLease(holder, lease_transitions)
             # else a renewal: what is known stays as it is, nothing to allocate.
             batch.leases[key] = obj
             if key not in batch.received:  # the clock is read only for a lease's first event
@@ -246,28 +242,34 @@ class LeaseIngestor:
         # Read without the lock: single dict reads are atomic, and a deletion observed
         # meanwhile is written by the next flush whichever way this one writes the lease.
         renewable, lease_ids = self._renewable.get, self._lease_ids.get
-        renewals: dict[int, tuple[Key, dict[str, Any], Renewal]] = {}
+        renewals = Renewals()
+        add_renewal = renewals.add
+        renewed_items: list[tuple[int, Key, dict[str, Any], bytes]] = []
         full: list[tuple[Key, dict[str, Any]]] = []
         digests: dict[Key, bytes] = {}
         for key, obj in chunk:
             shape = renewal_shape(obj)
             if shape is not None:
-                digests[key] = shape.digest
+                stable, renew_text, resource_version = shape
                 lease_id = lease_ids(key)
-                if lease_id is not None and renewable(key) == shape.digest:
-                    renew_time, expires_at = renewal_times(obj["spec"], shape.renew_text)
-                    renewal = Renewal(
-                        lease_id, shape.renew_text, renew_time, expires_at, shape.resource_version
+                if lease_id is not None and renewable(key) == stable:
+                    add_renewal(
+                        lease_id,
+                        renew_text,
+                        *renewal_times(obj["spec"], renew_text),
+                        resource_version,
                     )
-                    renewals[lease_id] = (key, obj, renewal)
+                    renewed_items.append((lease_id, key, obj, stable))
                     continue
+                digests[key] = stable
             full.append((key, obj))
         with transaction.atomic():
-            renewed = renew_leases(
-                self.cluster_id, [renewal for _, _, renewal in renewals.values()], now
-            )
+            renewed = renew_leases(self.cluster_id, renewals, now)
             # A renewal whose row is gone (removed by hand, say) is written in full.
-            full.extend(item[:2] for lease_id, item in renewals.items() if lease_id not in renewed)
+            for lease_id, key, obj, stable in renewed_items:
+                if lease_id not in renewed:
+                    full.append((key, obj))
+                    digests[key] = stable
             observations = [
                 observation
                 for observation in (parse_lease(obj) for _, obj in full)
@@ -405,12 +407,18 @@ def _remainder(
     return remainder
 
 
-def _transition_between(previous: KnownLease, identity: LeaseIdentity) -> PendingTransition | None:
+def _transition_between(
+    previous: KnownLease,
+    key: Key,
+    holder: str,
+    lease_transitions: int | None,
+    spec: dict[str, Any],
+) -> PendingTransition | None:
     """The holder change (or the unseen changes) between what we knew and what we see now."""
     jump = None
-    if previous.lease_transitions is not None and identity.lease_transitions is not None:
-        jump = identity.lease_transitions - previous.lease_transitions
-    if identity.holder != previous.holder:
+    if previous.lease_transitions is not None and lease_transitions is not None:
+        jump = lease_transitions - previous.lease_transitions
+    if holder != previous.holder:
         # One change is the one we see; leaseTransitions jumping further means others
         # happened while nobody watched. A release ("" holder) does not count up.
         missed = max(0, jump - 1) if jump is not None else 0
@@ -419,11 +427,11 @@ def _transition_between(previous: KnownLease, identity: LeaseIdentity) -> Pendin
     else:
         return None
     return PendingTransition(
-        key=identity.key,
+        key=key,
         from_holder=previous.holder,
-        to_holder=identity.holder,
+        to_holder=holder,
         observed_at=timezone.now(),
-        acquire_time=parse_time(identity.spec.get("acquireTime")),
-        lease_transitions=identity.lease_transitions,
+        acquire_time=parse_time(spec.get("acquireTime")),
+        lease_transitions=lease_transitions,
         missed=missed,
     )

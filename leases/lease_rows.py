@@ -6,7 +6,7 @@ Every function here runs inside the caller's transaction and knows nothing of ba
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import orjson
@@ -39,15 +39,33 @@ LEASE_UPDATE_FIELDS = [
 
 
 @dataclass(slots=True)
-class Renewal:
-    """A lease whose stored row differs from the new object only in what a renewal moves:
-    spec.renewTime (and the expiry it sets) and metadata.resourceVersion."""
+class Renewals:
+    """Leases whose stored rows differ from the new objects only in what a renewal moves:
+    spec.renewTime (and the expiry it sets) and metadata.resourceVersion. Kept as columns,
+    one entry per lease in each, so a batch is sent as five lists, not a dict per lease."""
 
-    lease_id: int
-    renew_text: str  # spec.renewTime as sent: the raw JSON keeps it
-    renew_time: datetime | None
-    expires_at: datetime | None
-    resource_version: str
+    lease_ids: list[int] = field(default_factory=list)
+    renew_texts: list[str] = field(default_factory=list)  # spec.renewTime as sent: raw keeps it
+    renew_times: list[datetime | None] = field(default_factory=list)
+    expires_at: list[datetime | None] = field(default_factory=list)
+    resource_versions: list[str] = field(default_factory=list)
+
+    def add(
+        self,
+        lease_id: int,
+        renew_text: str,
+        renew_time: datetime | None,
+        expires_at: datetime | None,
+        resource_version: str,
+    ) -> None:
+        self.lease_ids.append(lease_id)
+        self.renew_texts.append(renew_text)
+        self.renew_times.append(renew_time)
+        self.expires_at.append(expires_at)
+        self.resource_versions.append(resource_version)
+
+    def __len__(self) -> int:
+        return len(self.lease_ids)
 
 
 def upsert_leases(
@@ -65,26 +83,24 @@ def upsert_leases(
     return _upsert_orm(cluster_id, observations, now)
 
 
-def renew_leases(cluster_id: int, renewals: list[Renewal], now: datetime) -> set[int]:
+def renew_leases(cluster_id: int, renewals: Renewals, now: datetime) -> set[int]:
     """Write renewals to rows that exist: the ids updated (a row gone since is not).
 
     One statement per batch that sends five small values per lease instead of the whole
     object, and moves the two changed fields inside the stored raw JSON in place: the row
-    ends exactly as the full upsert would leave it.
+    ends exactly as the full upsert would leave it. On PostgreSQL the batch is one JSON
+    document of five lists, dumped by orjson in C and unnested by the server.
     """
     if not renewals:
         return set()
     if connection.vendor == "postgresql":
         payload = orjson.dumps(
             [
-                {
-                    "id": item.lease_id,
-                    "renew_text": item.renew_text,
-                    "renew_time": item.renew_time,
-                    "expires_at": item.expires_at,
-                    "resource_version": item.resource_version,
-                }
-                for item in renewals
+                renewals.lease_ids,
+                renewals.renew_texts,
+                renewals.renew_times,
+                renewals.expires_at,
+                renewals.resource_versions,
             ]
         )
         with connection.cursor() as cursor:
@@ -93,27 +109,34 @@ def renew_leases(cluster_id: int, renewals: list[Renewal], now: datetime) -> set
     return _renew_other(cluster_id, renewals, now)
 
 
-def _renew_other(cluster_id: int, renewals: list[Renewal], now: datetime) -> set[int]:
+def _renew_other(cluster_id: int, renewals: Renewals, now: datetime) -> set[int]:
     """SQLite (the default database): one UPDATE per row, JSON moved by json_set."""
     adapt = connection.ops.adapt_datetimefield_value
     updated: set[int] = set()
     with connection.cursor() as cursor:
-        for item in renewals:
+        for lease_id, renew_text, renew_time, expires_at, resource_version in zip(
+            renewals.lease_ids,
+            renewals.renew_texts,
+            renewals.renew_times,
+            renewals.expires_at,
+            renewals.resource_versions,
+            strict=True,
+        ):
             cursor.execute(
                 _SQLITE_RENEW,
                 [
-                    adapt(item.renew_time),
-                    adapt(item.expires_at),
-                    item.resource_version,
+                    adapt(renew_time),
+                    adapt(expires_at),
+                    resource_version,
                     adapt(now),
-                    item.renew_text,
-                    item.resource_version,
-                    item.lease_id,
+                    renew_text,
+                    resource_version,
+                    lease_id,
                     cluster_id,
                 ],
             )
             if cursor.rowcount:
-                updated.add(item.lease_id)
+                updated.add(lease_id)
     return updated
 
 
@@ -261,10 +284,19 @@ UPDATE leases_lease AS l SET
         '{metadata,resourceVersion}',
         to_jsonb(r.resource_version)
     )
-FROM json_to_recordset(%s::json) AS r(
-    id bigint, renew_text text, renew_time timestamptz, expires_at timestamptz,
-    resource_version text
-)
+FROM (SELECT %s::jsonb AS j) AS p
+CROSS JOIN LATERAL unnest(
+    ARRAY(SELECT e FROM jsonb_array_elements_text(p.j -> 0) WITH ORDINALITY AS a(e, n)
+          ORDER BY n)::bigint[],
+    ARRAY(SELECT e FROM jsonb_array_elements_text(p.j -> 1) WITH ORDINALITY AS a(e, n)
+          ORDER BY n),
+    ARRAY(SELECT e FROM jsonb_array_elements_text(p.j -> 2) WITH ORDINALITY AS a(e, n)
+          ORDER BY n)::timestamptz[],
+    ARRAY(SELECT e FROM jsonb_array_elements_text(p.j -> 3) WITH ORDINALITY AS a(e, n)
+          ORDER BY n)::timestamptz[],
+    ARRAY(SELECT e FROM jsonb_array_elements_text(p.j -> 4) WITH ORDINALITY AS a(e, n)
+          ORDER BY n)
+) AS r(id, renew_text, renew_time, expires_at, resource_version)
 WHERE l.id = r.id AND l.cluster_id = %s
 RETURNING l.id
 """

@@ -7,7 +7,6 @@ an object without a namespace or name is skipped by the caller.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -84,6 +83,18 @@ class LeaseIdentity:
 
 def lease_identity(obj: object) -> LeaseIdentity | None:
     """The few fields read for every event; the full parse waits for the (coalesced) flush."""
+    state = lease_state(obj)
+    return None if state is None else LeaseIdentity(*state)
+
+
+# lease_identity's fields as a plain tuple (key, holder, lease_transitions, spec): what
+# LeaseIngestor.observe reads for every event, where building a LeaseIdentity costs more
+# than reading the fields.
+LeaseState = tuple[tuple[str, str], str, int | None, dict[str, Any]]
+
+
+def lease_state(obj: object) -> LeaseState | None:
+    """lease_identity's values, or None when the object is no usable Lease."""
     if not isinstance(obj, dict):
         return None
     metadata = obj.get("metadata")
@@ -95,11 +106,11 @@ def lease_identity(obj: object) -> LeaseIdentity | None:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         spec = {}
-    return LeaseIdentity(
-        key=(_text(namespace), _text(name)),
-        holder=_text(spec.get("holderIdentity"), MAX_HOLDER_LENGTH),
-        lease_transitions=_whole_number(spec.get("leaseTransitions"), 2**31 - 1),
-        spec=spec,
+    return (
+        (_text(namespace), _text(name)),
+        _text(spec.get("holderIdentity"), MAX_HOLDER_LENGTH),
+        _whole_number(spec.get("leaseTransitions"), 2**31 - 1),
+        spec,
     )
 
 
@@ -111,7 +122,10 @@ def parse_time(value: object) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         return None
-    if parsed.tzinfo is None:
+    tzinfo = parsed.tzinfo
+    if tzinfo is UTC:  # the usual `Z`: already what astimezone would return
+        return parsed
+    if tzinfo is None:
         return parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
 
@@ -264,33 +278,32 @@ def parse_candidate(obj: object) -> CandidateObservation | None:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RenewalShape:
-    """A Lease split into what a renewal moves and a digest of everything else."""
-
-    digest: bytes  # of the object without renewTime, resourceVersion and managedFields
-    renew_text: str
-    resource_version: str
+# A Lease split into what a renewal moves and what it keeps: (stable, renew_text,
+# resource_version), where `stable` is the object's JSON with renewTime, resourceVersion and
+# managedFields blanked. A plain tuple: one is built per event written, and a dataclass's
+# __init__ costs more than the rest of the split.
+RenewalShape = tuple[bytes, str, str]
 
 
 def renewal_shape(obj: object) -> RenewalShape | None:
     """The object's renewal shape, or None when only the full parse can store it.
 
-    Two objects with the same digest give rows that differ only in renew_time, expires_at,
-    resource_version and the raw JSON's spec.renewTime and metadata.resourceVersion (every
-    other column is read from the digested part). So an object is refused here whenever
-    those two values would not be stored as sent: not text, longer than the column, or
-    holding a NUL (which the full parse removes); and the digest refuses any NUL elsewhere.
-    managedFields are left out, as the stored raw JSON leaves them out: a real apiserver
-    moves their time at every renewal.
+    Two objects with the same `stable` bytes give rows that differ only in renew_time,
+    expires_at, resource_version and the raw JSON's spec.renewTime and
+    metadata.resourceVersion (every other column is read from the stable part). So an object
+    is refused here whenever those two values would not be stored as sent: not text, longer
+    than the column, or holding a NUL (which the full parse removes); and any NUL elsewhere
+    is refused too. managedFields are left out, as the stored raw JSON leaves them out: a
+    real apiserver moves their time at every renewal. The bytes themselves are compared, not
+    a hash of them: exact, and cheaper than hashing (a few hundred bytes per lease kept).
     """
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         return None
     metadata, spec = obj.get("metadata"), obj.get("spec")
-    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+    if type(metadata) is not dict or type(spec) is not dict:
         return None
     renew, version = spec.get("renewTime"), metadata.get("resourceVersion")
-    if not (isinstance(renew, str) and isinstance(version, str)):
+    if type(renew) is not str or type(version) is not str:
         return None
     if len(renew) > 64 or len(version) > 64 or "\x00" in renew or "\x00" in version:
         return None
@@ -299,23 +312,35 @@ def renewal_shape(obj: object) -> RenewalShape | None:
     stable_metadata = {**metadata, "resourceVersion": None}
     if "managedFields" in stable_metadata:
         stable_metadata["managedFields"] = None
-    stable = {**obj, "metadata": stable_metadata, "spec": {**spec, "renewTime": None}}
     try:
+        stable = {**obj, "metadata": stable_metadata, "spec": {**spec, "renewTime": None}}
         data = orjson.dumps(stable)
     except orjson.JSONEncodeError:
         return None  # not plain JSON data: the full parse copes
     if b"\\u0000" in data:
         return None
-    return RenewalShape(hashlib.blake2b(data, digest_size=16).digest(), renew, version)
+    return data, renew, version
+
+
+# leaseDurationSeconds as timedeltas: a cluster uses a few durations, one per kind of lease.
+_DURATIONS: dict[int, timedelta] = {}
 
 
 def renewal_times(spec: dict[str, Any], renew_text: str) -> tuple[datetime | None, datetime | None]:
     """renew_time and expires_at as parse_lease computes them (LeaseObservation.expires_at)."""
     renew_time = parse_time(renew_text)
-    duration = _whole_number(spec.get("leaseDurationSeconds"), MAX_DURATION_SECONDS)
-    if renew_time is None or duration is None:
-        return renew_time, None
+    duration = spec.get("leaseDurationSeconds")
+    if renew_time is None:
+        return None, None
+    delta = _DURATIONS.get(duration) if type(duration) is int else None
+    if delta is None:
+        whole = _whole_number(duration, MAX_DURATION_SECONDS)
+        if whole is None:
+            return renew_time, None
+        delta = timedelta(seconds=whole)
+        if len(_DURATIONS) < 64:
+            _DURATIONS[whole] = delta
     try:
-        return renew_time, renew_time + timedelta(seconds=duration)
+        return renew_time, renew_time + delta
     except OverflowError:
         return renew_time, None

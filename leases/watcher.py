@@ -37,7 +37,13 @@ from leases.watch_loop import (
     WatchExpired,
     unexpected_error_text,
 )
-from leases.watch_status import LeaseStatus, NodeStatus, ResourceStatus, update_cluster
+from leases.watch_status import (
+    Added,
+    LeaseStatus,
+    NodeStatus,
+    ResourceStatus,
+    write_flush_status,
+)
 
 __all__ = ["SHUTDOWN", "Backoff", "LeaseWatcher", "WatchExpired", "unexpected_error_text"]
 
@@ -316,8 +322,8 @@ class LeaseWatcher:
             updates.update(status.flushed(result, committed_version, watching))
             skipped += status.skipped(result)
         if skipped:
-            updates["skipped_objects_total"] = F("skipped_objects_total") + skipped
-        update_cluster(self.cluster_id, updates)
+            updates["skipped_objects_total"] = Added(skipped)
+        write_flush_status(self.cluster_id, updates)
 
     def _refresh_candidates(self) -> None:
         problem = ""
