@@ -19,23 +19,6 @@ from leases.models import ConditionStatus, Node, NodeReadyChange
 from leases.node_parse import NodeObservation
 
 INSERT_BATCH_SIZE = 1000
-NODE_UPDATE_FIELDS = [
-    "uid",
-    "labels",
-    "created_at",
-    "provider_id",
-    "unschedulable",
-    "taints",
-    "conditions",
-    "ready",
-    "ready_since",
-    "nodegroup_label",
-    "kubelet_version",
-    "internal_address",
-    "resource_version",
-    "observed_at",
-    "deleted_at",
-]
 # The stored fields a digest covers, in the order of observation_digest's values. Not
 # resource_version or observed_at: they change with every heartbeat and say nothing.
 DIGEST_COLUMNS = (
@@ -52,6 +35,7 @@ DIGEST_COLUMNS = (
     "kubelet_version",
     "internal_address",
 )
+NODE_UPDATE_FIELDS = [*DIGEST_COLUMNS, "resource_version", "observed_at", "deleted_at"]
 
 
 @dataclass(slots=True)
