@@ -14,11 +14,10 @@ transition the old one already wrote.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +39,7 @@ from leases.parse import (
     renewal_shape,
     renewal_times,
 )
+from leases.pending_batch import PendingBatch
 
 logger = logging.getLogger(__name__)
 
@@ -89,24 +89,19 @@ class FlushResult:
     leases_skipped: int = 0
 
 
-@dataclass(slots=True)
-class _Batch:
-    # The newest raw object per lease: parsed once per flush, not once per event.
-    leases: dict[Key, dict[str, Any]] = field(default_factory=dict)
-    received: dict[Key, float] = field(default_factory=dict)
-    deleted: dict[Key, float] = field(default_factory=dict)
-    transitions: list[PendingTransition] = field(default_factory=list)
-    events: int = 0
+# Leases waiting for a flush: the newest object per lease, with its holder transitions.
+_Batch = PendingBatch[Key, dict[str, Any], PendingTransition]
 
-    def is_empty(self) -> bool:
-        return not (self.leases or self.deleted or self.transitions)
+
+def _transition_key(transition: PendingTransition) -> Key:
+    return transition.key
 
 
 class LeaseIngestor:
     def __init__(self, cluster_id: int) -> None:
         self.cluster_id = cluster_id
         self._lock = threading.Lock()
-        self._batch = _Batch()
+        self._batch: _Batch = PendingBatch()
         self._known: dict[Key, KnownLease] = {}
         self._lease_ids: dict[Key, int] = {}
         # The stable part (parse.renewal_shape) of what each row holds, as committed by
@@ -146,10 +141,10 @@ class LeaseIngestor:
             elif previous.holder != holder or previous.lease_transitions != lease_transitions:
                 transition = _transition_between(previous, key, holder, lease_transitions, spec)
                 if transition is not None:
-                    batch.transitions.append(transition)
+                    batch.history.append(transition)
                 self._known[key] = KnownLease(holder, lease_transitions)
             # else a renewal: what is known stays as it is, nothing to allocate.
-            batch.leases[key] = obj
+            batch.objects[key] = obj
             if key not in batch.received:  # the clock is read only for a lease's first event
                 batch.received[key] = time.monotonic() if received is None else received
             if batch.deleted:
@@ -159,12 +154,9 @@ class LeaseIngestor:
     def observe_deleted(self, key: Key, received: float | None = None) -> None:
         received = time.monotonic() if received is None else received
         with self._lock:
-            self._batch.events += 1
             self._known.pop(key, None)
             self._renewable.pop(key, None)
-            self._batch.leases.pop(key, None)
-            self._batch.received.pop(key, None)
-            self._batch.deleted.setdefault(key, received)
+            self._batch.record_deletion(key, received)
 
     def reconcile(self, listed: set[Key]) -> int:
         """After a (re)list: leases we know of that the list no longer has were deleted."""
@@ -187,15 +179,14 @@ class LeaseIngestor:
         which is what makes a restarted watcher agree with the database.
         """
         with self._lock:
-            batch = self._take_oldest(FLUSH_MAX_LEASES)
+            # The longest-waiting leases first: see PendingBatch.split_oldest.
+            batch, self._batch = self._batch.split_oldest(FLUSH_MAX_LEASES, _transition_key)
             drained = self._batch.is_empty()
         result = FlushResult(events=batch.events, drained=drained)
         if batch.is_empty():
             return result
-        pending_transitions: dict[Key, list[PendingTransition]] = {}
-        for transition in batch.transitions:
-            pending_transitions.setdefault(transition.key, []).append(transition)
-        items = list(batch.leases.items())
+        pending_transitions = batch.history_by_key(_transition_key)
+        items = list(batch.objects.items())
         written = 0
         try:
             for start in range(0, len(items), UPSERT_BATCH_SIZE):
@@ -219,7 +210,9 @@ class LeaseIngestor:
                 result.deletions_written = self._mark_deleted(batch.deleted, timezone.now())
             pending_transitions.clear()
         except DatabaseError:
-            self._requeue(_remainder(batch, written, pending_transitions))
+            failed = batch.remainder(written, pending_transitions)
+            with self._lock:
+                self._batch.requeue(failed)
             raise
         if batch.deleted:
             oldest_deletion = min(batch.deleted.values())
@@ -314,30 +307,6 @@ class LeaseIngestor:
                 type(exc).__name__,
             )
 
-    def _take_oldest(self, limit: int) -> _Batch:
-        """Hand over the longest-waiting leases (at most `limit`), with their transitions.
-
-        Under full load every lease is pending all the time; writing the oldest first, in
-        bounded flushes, keeps the wait of any one lease near the time it takes to write
-        the whole set once, instead of a whole flush plus the next one.
-        """
-        current = self._batch
-        if len(current.leases) <= limit:
-            self._batch = _Batch()
-            return current
-        taken = _Batch(events=current.events, deleted=current.deleted)
-        for key in list(itertools.islice(current.leases, limit)):
-            taken.leases[key] = current.leases.pop(key)
-            taken.received[key] = current.received.pop(key)
-        keep: list[PendingTransition] = []
-        for transition in current.transitions:
-            if transition.key in taken.leases or transition.key in taken.deleted:
-                taken.transitions.append(transition)
-            else:
-                keep.append(transition)
-        current.transitions, current.deleted, current.events = keep, {}, 0
-        return taken
-
     def _write_transitions(self, pending: list[PendingTransition], ids: dict[Key, int]) -> int:
         if not pending:
             return 0
@@ -376,35 +345,6 @@ class LeaseIngestor:
                 deleted_at__isnull=True,
             ).update(deleted_at=now)
         return count
-
-    def _requeue(self, failed: _Batch) -> None:
-        """Put a batch that could not be written back in front of newer observations."""
-        with self._lock:
-            current = self._batch
-            for key, observation in failed.leases.items():
-                if key not in current.leases and key not in current.deleted:
-                    current.leases[key] = observation
-                    current.received[key] = failed.received[key]
-                elif key in current.received:
-                    current.received[key] = min(current.received[key], failed.received[key])
-            for key, received in failed.deleted.items():
-                if key not in current.leases:
-                    current.deleted.setdefault(key, received)
-            current.transitions[:0] = failed.transitions
-            current.events += failed.events
-
-
-def _remainder(
-    batch: _Batch, written: int, pending_transitions: dict[Key, list[PendingTransition]]
-) -> _Batch:
-    """What of a batch was not committed when a chunk failed."""
-    remainder = _Batch(events=batch.events)
-    for key, obj in list(batch.leases.items())[written:]:
-        remainder.leases[key] = obj
-        remainder.received[key] = batch.received[key]
-    remainder.deleted = dict(batch.deleted)
-    remainder.transitions = [item for group in pending_transitions.values() for item in group]
-    return remainder
 
 
 def _transition_between(

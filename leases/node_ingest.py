@@ -15,11 +15,10 @@ costs one parse per flush and no database write.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError, transaction
@@ -41,6 +40,7 @@ from leases.node_rows import (
     upsert_nodes,
     write_ready_changes,
 )
+from leases.pending_batch import PendingBatch
 
 logger = logging.getLogger(__name__)
 
@@ -71,16 +71,12 @@ class NodeFlushResult:
         return self.objects_cleaned + self.nodes_skipped
 
 
-@dataclass(slots=True)
-class _Batch:
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # newest object per node
-    received: dict[str, float] = field(default_factory=dict)
-    deleted: dict[str, float] = field(default_factory=dict)
-    changes: list[PendingReadyChange] = field(default_factory=list)
-    events: int = 0
+# Nodes waiting for a flush: the newest object per node, with its Ready changes.
+_Batch = PendingBatch[str, dict[str, Any], PendingReadyChange]
 
-    def is_empty(self) -> bool:
-        return not (self.nodes or self.deleted or self.changes)
+
+def _change_key(change: PendingReadyChange) -> str:
+    return change.name
 
 
 class NodeIngestor:
@@ -88,7 +84,7 @@ class NodeIngestor:
         self.cluster_id = cluster_id
         self.chunk_size = chunk_size
         self._lock = threading.Lock()
-        self._batch = _Batch()
+        self._batch: _Batch = PendingBatch()
         self._known: dict[str, ConditionStatus] = {}  # Ready as last seen, per present node
         self._stored: dict[str, bytes] = {}  # digest of each live row, as committed
         self._node_ids: dict[str, int] = {}
@@ -120,9 +116,9 @@ class NodeIngestor:
             # A node seen for the first time (or again after its deletion) appears: "" -> X.
             previous = self._known.get(name, ConditionStatus.MISSING)
             if ready.status != previous:
-                batch.changes.append(_change(name, previous, ready))
+                batch.history.append(_change(name, previous, ready))
             self._known[name] = ready.status
-            batch.nodes[name] = obj
+            batch.objects[name] = obj
             batch.received.setdefault(name, received)
             batch.deleted.pop(name, None)
         return True
@@ -132,11 +128,8 @@ class NodeIngestor:
         name = node_key(name)
         received = time.monotonic() if received is None else received
         with self._lock:
-            self._batch.events += 1
             self._known.pop(name, None)
-            self._batch.nodes.pop(name, None)
-            self._batch.received.pop(name, None)
-            self._batch.deleted.setdefault(name, received)
+            self._batch.record_deletion(name, received)
 
     def reconcile(self, listed_names: set[str]) -> int:
         """After a (re)list: nodes we know of that the list no longer has were deleted."""
@@ -154,15 +147,14 @@ class NodeIngestor:
         """Write what was observed since the last flush, oldest first, in committed chunks;
         each chunk commits its nodes with their Ready history."""
         with self._lock:
-            batch = self._take_oldest(FLUSH_MAX_NODES)
+            # The longest-waiting nodes first: see PendingBatch.split_oldest.
+            batch, self._batch = self._batch.split_oldest(FLUSH_MAX_NODES, _change_key)
             drained = self._batch.is_empty()
         result = NodeFlushResult(events=batch.events, drained=drained)
         if batch.is_empty():
             return result
-        pending: dict[str, list[PendingReadyChange]] = {}
-        for change in batch.changes:
-            pending.setdefault(change.name, []).append(change)
-        items = list(batch.nodes.items())
+        pending = batch.history_by_key(_change_key)
+        items = list(batch.objects.items())
         written = 0
         try:
             for start in range(0, len(items), self.chunk_size):
@@ -190,7 +182,9 @@ class NodeIngestor:
                     self._stored.pop(name, None)
             pending.clear()
         except DatabaseError:
-            self._requeue(_remainder(batch, written, pending))
+            failed = batch.remainder(written, pending)
+            with self._lock:
+                self._batch.requeue(failed)
             raise
         if batch.deleted:
             oldest_deletion = min(batch.deleted.values())
@@ -255,47 +249,12 @@ class NodeIngestor:
                 type(exc).__name__,
             )
 
-    def _take_oldest(self, limit: int) -> _Batch:
-        """Hand over the longest-waiting nodes (at most `limit`), with their history."""
-        current = self._batch
-        if len(current.nodes) <= limit:
-            self._batch = _Batch()
-            return current
-        taken = _Batch(events=current.events, deleted=current.deleted)
-        for name in list(itertools.islice(current.nodes, limit)):
-            taken.nodes[name] = current.nodes.pop(name)
-            taken.received[name] = current.received.pop(name)
-        keep: list[PendingReadyChange] = []
-        for change in current.changes:
-            if change.name in taken.nodes or change.name in taken.deleted:
-                taken.changes.append(change)
-            else:
-                keep.append(change)
-        current.changes, current.deleted, current.events = keep, {}, 0
-        return taken
-
     def _write_changes(self, changes: list[PendingReadyChange], ids: dict[str, int]) -> int:
         if not changes:
             return 0
         with self._lock:
             known_ids = {**self._node_ids, **ids}
         return write_ready_changes(changes, known_ids)
-
-    def _requeue(self, failed: _Batch) -> None:
-        """Put a batch that could not be written back in front of newer observations."""
-        with self._lock:
-            current = self._batch
-            for name, obj in failed.nodes.items():
-                if name not in current.nodes and name not in current.deleted:
-                    current.nodes[name] = obj
-                    current.received[name] = failed.received[name]
-                elif name in current.received:
-                    current.received[name] = min(current.received[name], failed.received[name])
-            for name, received in failed.deleted.items():
-                if name not in current.nodes:
-                    current.deleted.setdefault(name, received)
-            current.changes[:0] = failed.changes
-            current.events += failed.events
 
 
 def _change(name: str, previous: ConditionStatus, ready: ReadyCondition) -> PendingReadyChange:
@@ -308,14 +267,3 @@ def _change(name: str, previous: ConditionStatus, ready: ReadyCondition) -> Pend
         transitioned_at=ready.last_transition_time,
         observed_at=timezone.now(),
     )
-
-
-def _remainder(batch: _Batch, written: int, pending: dict[str, list[PendingReadyChange]]) -> _Batch:
-    """What of a batch was not committed when a chunk failed."""
-    remainder = _Batch(events=batch.events)
-    for name, obj in list(batch.nodes.items())[written:]:
-        remainder.nodes[name] = obj
-        remainder.received[name] = batch.received[name]
-    remainder.deleted = dict(batch.deleted)
-    remainder.changes = [change for group in pending.values() for change in group]
-    return remainder
