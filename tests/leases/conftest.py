@@ -36,6 +36,19 @@ def make_fake_apiserver() -> Iterator[Callable[..., FakeApiServer]]:
 
 
 @pytest.fixture
+def apiserver(
+    request: pytest.FixtureRequest, make_fake_apiserver: Callable[..., FakeApiServer]
+) -> FakeApiServer:
+    """The watcher tests' fake API server: it asks for test_watcher's bearer token, and
+    bookmarks every APISERVER_BOOKMARK_INTERVAL seconds of the test module (0.5 s unless the
+    module sets it; bookmark tests want them sooner)."""
+    from tests.leases.test_watcher import TOKEN  # a test module: imported when used, not at load
+
+    interval = getattr(request.module, "APISERVER_BOOKMARK_INTERVAL", 0.5)
+    return make_fake_apiserver(token=TOKEN, bookmark_interval=interval)
+
+
+@pytest.fixture
 def fake_apiserver(make_fake_apiserver: Callable[..., FakeApiServer]) -> FakeApiServer:
     """An empty fake API server serving Leases (v1) and LeaseCandidates (v1beta1)."""
     return make_fake_apiserver()

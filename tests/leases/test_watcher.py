@@ -52,13 +52,9 @@ def leader_spec(holder: str, transitions: int = 0, duration: int = 15) -> dict[s
     }
 
 
-@pytest.fixture
-def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(token=TOKEN, bookmark_interval=0.5).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def status(cluster: KubeCluster) -> KubeCluster:
+    """The cluster's row as the watcher last wrote it."""
+    return KubeCluster.objects.get(pk=cluster.pk)
 
 
 def register(server: FakeApiServer, name: str = "test") -> KubeCluster:

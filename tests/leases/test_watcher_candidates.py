@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from fakes.kube import FakeApiServer
-from leases.models import KubeCluster, LeaseCandidate
+from leases.models import LeaseCandidate
 from tests.leases.test_watcher import (
     TOKEN,
     RunningWatcher,
@@ -21,22 +20,10 @@ from tests.leases.test_watcher import (
     leader_spec,
     now_micro,
     register,
+    status,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(token=TOKEN, bookmark_interval=0.5).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def status(cluster: KubeCluster) -> KubeCluster:
-    return KubeCluster.objects.get(pk=cluster.pk)
 
 
 def watchers_page(client: Client, django_user_model: Any) -> str:

@@ -7,7 +7,6 @@ LeaseCandidates have files of their own (test_watcher_signals.py, test_watcher_c
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from django.test import Client
 
 from fakes.kube import FakeApiServer, kubeconfig_document
 from leases.classify import classify_lease
-from leases.models import KubeCluster, Lease, LeaseClass
+from leases.models import Lease, LeaseClass
 from leases.services import register_kube_cluster
 from leases.watcher import Backoff
 from tests.leases.test_watcher import (
@@ -26,6 +25,7 @@ from tests.leases.test_watcher import (
     eventually,
     leader_spec,
     register,
+    status,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,17 +33,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 WATCH_PATH = "/apis/coordination.k8s.io/v1/leases"
 
 
-@pytest.fixture
-def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(token=TOKEN, bookmark_interval=0.2).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def status(cluster: KubeCluster) -> KubeCluster:
-    return KubeCluster.objects.get(pk=cluster.pk)
+APISERVER_BOOKMARK_INTERVAL = 0.2
 
 
 def watches_opened(server: FakeApiServer) -> int:

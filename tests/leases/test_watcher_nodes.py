@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,6 +34,7 @@ from tests.leases.test_watcher import (
     eventually,
     leader_spec,
     register,
+    status,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,17 +42,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 NODE_WATCH_PATH = "/api/v1/nodes"
 
 
-@pytest.fixture
-def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(token=TOKEN, bookmark_interval=0.2).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def status(cluster: KubeCluster) -> KubeCluster:
-    return KubeCluster.objects.get(pk=cluster.pk)
+APISERVER_BOOKMARK_INTERVAL = 0.2
 
 
 def nodes_match_server(server: FakeApiServer, cluster: KubeCluster) -> bool:

@@ -29,24 +29,12 @@ from tests.leases.test_watcher import (
     leader_spec,
     now_micro,
     register,
+    status,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BROKEN_TOKEN = TOKEN + "\nX-Injected: yes"
-
-
-@pytest.fixture
-def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(token=TOKEN, bookmark_interval=0.5).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def status(cluster: KubeCluster) -> KubeCluster:
-    return KubeCluster.objects.get(pk=cluster.pk)
 
 
 def page_text(client: Client, django_user_model: Any) -> str:

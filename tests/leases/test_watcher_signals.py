@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from django.db import connections
@@ -20,18 +20,9 @@ from fakes.kube import FakeApiServer
 from leases.locks import watcher_lock
 from leases.models import KubeCluster
 from tests.conftest import REPO_ROOT
-from tests.leases.test_watcher import TOKEN, eventually, leader_spec, register
+from tests.leases.test_watcher import eventually, leader_spec, register
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(token=TOKEN, bookmark_interval=0.5).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_database_url() -> str:

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from django.db import connections
@@ -20,7 +19,6 @@ from leases.services import clusters_without_watcher
 from leases.tasks import watch_cluster
 from tests.conftest import REPO_ROOT, reset_celery_connections
 from tests.leases.test_watcher import (
-    TOKEN,
     database_matches_server,
     eventually,
     leader_spec,
@@ -28,15 +26,6 @@ from tests.leases.test_watcher import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(token=TOKEN, bookmark_interval=0.5).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _database_url() -> str:
