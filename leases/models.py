@@ -109,6 +109,14 @@ class LeaseClass(models.TextChoices):
     LEADER_ELECTION = "leader_election", "leader election"
 
 
+class LeaseLibrary(models.TextChoices):
+    """Which leader-election library wrote a Lease (leases/leader_k8s.py recognises it)."""
+
+    LEADER_K8S = "leader_k8s", "leader-k8s (bluetape4k)"
+    COORDINATED = "coordinated", "coordinated leader election"
+    PLAIN = "plain", "plain (client-go style)"
+
+
 class LeaseState(models.TextChoices):
     HELD = "held", "held"
     EXPIRED = "expired", "expired"
@@ -155,11 +163,35 @@ class Lease(models.Model):
     strategy = models.CharField(max_length=100, blank=True)
     preferred_holder = models.TextField(blank=True)
     labels = models.JSONField(default=dict, blank=True)
+    # metadata.annotations, bounded (leases/leader_k8s.py bounded_annotations): keys and
+    # values cut, the rest dropped; `annotations_cut` counts what was cut or dropped.
+    annotations = models.JSONField(default=dict, blank=True)
+    annotations_cut = models.IntegerField(default=0)
     resource_version = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(null=True, blank=True)
     observed_at = models.DateTimeField(default=timezone.now)
     deleted_at = models.DateTimeField(null=True, blank=True)
     raw = models.JSONField(default=dict, blank=True)
+
+    # Who really leads, as leases/leader_k8s.py reads it when the lease is parsed.
+    library = models.CharField(
+        max_length=20, choices=LeaseLibrary.choices, default=LeaseLibrary.PLAIN
+    )
+    # The holder in human terms: leader-k8s's node id (and audit id), otherwise the
+    # holderIdentity itself; "" while nobody holds the lease. Untrusted text.
+    identity = models.TextField(blank=True)
+    # leader-k8s's fencing token (the holderIdentity it wrote), "" for other libraries.
+    token = models.CharField(max_length=64, blank=True)
+    # A leader-k8s lease whose holderIdentity is not a leader-k8s token: someone else wrote it.
+    foreign_writer = models.BooleanField(default=False)
+    # A leader-k8s slot lease `<group>-slot-<n>`: its group's name and slot index.
+    group_name = models.CharField(max_length=253, blank=True)
+    group_slot = models.IntegerField(null=True, blank=True)
+    # The name with its digit runs made comparable (dashboard/natural.py): worker-2 sorts
+    # before worker-10.
+    name_key = models.CharField(max_length=600, blank=True)
+    # When a fencing token that had held this lease came back after another holder.
+    fencing_reused_at = models.DateTimeField(null=True, blank=True)
 
     objects = LeaseQuerySet.as_manager()
 
@@ -175,6 +207,11 @@ class Lease(models.Model):
         indexes = [
             models.Index(fields=["cluster", "lease_class"], name="lease_cluster_class"),
             models.Index(fields=["namespace", "name"], name="lease_namespace_name"),
+            models.Index(
+                fields=["cluster", "namespace", "group_name"],
+                name="lease_group",
+                condition=~models.Q(group_name=""),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -195,6 +232,12 @@ class LeaseTransition(models.Model):
     lease_transitions = models.IntegerField(null=True, blank=True)
     # Holder changes that happened while nobody watched (leaseTransitions jumped further).
     missed = models.IntegerField(default=0)
+    # The holders in human terms (Lease.identity) when the change was seen.
+    from_identity = models.TextField(blank=True)
+    to_identity = models.TextField(blank=True)
+    # `to_holder` is a fencing token that held this lease before another holder did: a stale
+    # holder wrote with an old view (leaders/fencing is broken).
+    fencing_reused = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["observed_at", "id"]
@@ -205,6 +248,79 @@ class LeaseTransition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.lease_id}: {self.from_holder!r} -> {self.to_holder!r}"
+
+
+class LeaseHolderSpan(models.Model):
+    """One holder's unbroken tenure of a leader-election or control-plane lease.
+
+    Written by the ingestor: opened when a holder acquires (or is first seen), closed when
+    it is taken over, releases, lets the lease expire (a late renewal by the same holder
+    closes the span at the old expiry and opens a new one) or the lease is deleted.
+    Availability (leases/availability.py) is the union of spans over the observed time.
+    """
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="holder_spans")
+    holder = models.TextField()
+    identity = models.TextField(blank=True)
+    started_at = models.DateTimeField()
+    # None while the span is open: it then lasts until the lease's expires_at.
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [models.Index(fields=["lease", "started_at"], name="holder_span_lease_time")]
+
+    def __str__(self) -> str:
+        return f"{self.lease_id}: {self.holder!r} {self.started_at} .. {self.ended_at}"
+
+
+class WatchCoverage(models.Model):
+    """A stretch of time during which a cluster's Lease watch was live.
+
+    Time outside every stretch is unobserved: availability never counts it either way. The
+    watcher opens a stretch when it (re)connects and moves `last_seen_at` on each status
+    flush, so a killed worker's stretch simply stops growing.
+    """
+
+    cluster = models.ForeignKey(KubeCluster, on_delete=models.CASCADE, related_name="coverage")
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [models.Index(fields=["cluster", "started_at"], name="coverage_cluster_time")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}: {self.started_at} .. {self.last_seen_at}"
+
+
+class LeaderGroup(models.Model):
+    """What an admin knows of a leader-k8s slot group that its leases do not say.
+
+    Groups themselves come from the leases (`Lease.group_name`); a row here records the
+    group's expected size (leader-k8s's maxLeaders), which is written on no lease.
+    """
+
+    cluster = models.ForeignKey(KubeCluster, on_delete=models.CASCADE, related_name="leader_groups")
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    expected_size = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="maxLeaders of the group's elector: the number of slots that should be held.",
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["cluster__name", "namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "namespace", "name"], name="leader_group_unique_per_cluster"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}:{self.namespace}/{self.name}"
 
 
 class LeaseCandidate(models.Model):
