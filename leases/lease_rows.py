@@ -35,6 +35,15 @@ LEASE_UPDATE_FIELDS = [
     "observed_at",
     "deleted_at",
     "raw",
+    "annotations",
+    "annotations_cut",
+    "library",
+    "identity",
+    "token",
+    "foreign_writer",
+    "group_name",
+    "group_slot",
+    "name_key",
 ]
 
 
@@ -172,6 +181,15 @@ def _upsert_postgresql(
                         "resource_version": obs.resource_version,
                         "created_at": obs.created_at,
                         "raw": obs.raw,
+                        "annotations": obs.annotations,
+                        "annotations_cut": obs.annotations_cut,
+                        "library": obs.library.value,
+                        "identity": obs.identity,
+                        "token": obs.token,
+                        "foreign_writer": obs.foreign_writer,
+                        "group_name": obs.group_name,
+                        "group_slot": obs.group_slot,
+                        "name_key": obs.name_key,
                     }
                     for obs in chunk
                 ]
@@ -205,6 +223,15 @@ def _upsert_orm(
             observed_at=now,
             deleted_at=None,
             raw=obs.raw,
+            annotations=obs.annotations,
+            annotations_cut=obs.annotations_cut,
+            library=obs.library,
+            identity=obs.identity,
+            token=obs.token,
+            foreign_writer=obs.foreign_writer,
+            group_name=obs.group_name,
+            group_slot=obs.group_slot,
+            name_key=obs.name_key,
         )
         for obs in observations
     ]
@@ -239,18 +266,23 @@ _POSTGRESQL_UPSERT = """
 INSERT INTO leases_lease (
     cluster_id, observed_at, deleted_at, namespace, name, uid, lease_class, holder,
     acquire_time, renew_time, lease_duration_seconds, expires_at, lease_transitions,
-    strategy, preferred_holder, labels, resource_version, created_at, raw
+    strategy, preferred_holder, labels, resource_version, created_at, raw,
+    annotations, annotations_cut, library, identity, token, foreign_writer, group_name,
+    group_slot, name_key
 )
 SELECT
     %s, %s::timestamptz, NULL::timestamptz, r.namespace, r.name, r.uid, r.lease_class,
     r.holder, r.acquire_time, r.renew_time, r.lease_duration_seconds, r.expires_at,
     r.lease_transitions, r.strategy, r.preferred_holder, r.labels, r.resource_version,
-    r.created_at, r.raw
+    r.created_at, r.raw, r.annotations, r.annotations_cut, r.library, r.identity, r.token,
+    r.foreign_writer, r.group_name, r.group_slot, r.name_key
 FROM json_to_recordset(%s::json) AS r(
     namespace text, name text, uid text, lease_class text, holder text,
     acquire_time timestamptz, renew_time timestamptz, lease_duration_seconds int,
     expires_at timestamptz, lease_transitions int, strategy text, preferred_holder text,
-    labels jsonb, resource_version text, created_at timestamptz, raw jsonb
+    labels jsonb, resource_version text, created_at timestamptz, raw jsonb,
+    annotations jsonb, annotations_cut int, library text, identity text, token text,
+    foreign_writer boolean, group_name text, group_slot int, name_key text
 )
 ON CONFLICT ON CONSTRAINT lease_unique_per_cluster DO UPDATE SET
     observed_at = EXCLUDED.observed_at,
@@ -268,7 +300,16 @@ ON CONFLICT ON CONSTRAINT lease_unique_per_cluster DO UPDATE SET
     labels = EXCLUDED.labels,
     resource_version = EXCLUDED.resource_version,
     created_at = EXCLUDED.created_at,
-    raw = EXCLUDED.raw
+    raw = EXCLUDED.raw,
+    annotations = EXCLUDED.annotations,
+    annotations_cut = EXCLUDED.annotations_cut,
+    library = EXCLUDED.library,
+    identity = EXCLUDED.identity,
+    token = EXCLUDED.token,
+    foreign_writer = EXCLUDED.foreign_writer,
+    group_name = EXCLUDED.group_name,
+    group_slot = EXCLUDED.group_slot,
+    name_key = EXCLUDED.name_key
 RETURNING id, namespace, name
 """
 

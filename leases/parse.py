@@ -7,14 +7,16 @@ an object without a namespace or name is skipped by the caller.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 
+from dashboard.natural import natural_key
 from leases.classify import classify_lease
-from leases.models import LeaseClass
+from leases.leader_k8s import bounded_annotations, leadership
+from leases.models import LeaseClass, LeaseLibrary
 
 # Holder identities are free text; cap what is stored so one odd client cannot bloat rows.
 MAX_HOLDER_LENGTH = 16_384
@@ -40,6 +42,18 @@ class LeaseObservation:
     raw: dict[str, Any]
     # NUL characters were removed from it (PostgreSQL stores no NUL in text or jsonb).
     cleaned: bool = False
+    # metadata.annotations bounded (leases/leader_k8s.py), and how many entries were cut.
+    annotations: dict[str, str] = field(default_factory=dict)
+    annotations_cut: int = 0
+    # Who really leads (leases/leader_k8s.py leadership()).
+    library: LeaseLibrary = LeaseLibrary.PLAIN
+    identity: str = ""
+    token: str = ""
+    foreign_writer: bool = False
+    group_name: str = ""
+    group_slot: int | None = None
+    # The name as it sorts naturally (dashboard/natural.py).
+    name_key: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -236,6 +250,11 @@ def parse_lease(obj: object) -> LeaseObservation | None:
         envelope.spec,
     )
     labels = _labels(metadata.get("labels"))
+    annotations, annotations_cut = bounded_annotations(metadata.get("annotations"))
+    holder = _text(spec.get("holderIdentity"), MAX_HOLDER_LENGTH)
+    strategy = _text(spec.get("strategy"), 100)
+    preferred_holder = _text(spec.get("preferredHolder"), MAX_HOLDER_LENGTH)
+    leads = leadership(name, holder, annotations, strategy, preferred_holder)
     raw = envelope.raw
     return LeaseObservation(
         namespace=namespace,
@@ -243,19 +262,28 @@ def parse_lease(obj: object) -> LeaseObservation | None:
         uid=_text(metadata.get("uid"), 64),
         resource_version=_text(metadata.get("resourceVersion"), 64),
         lease_class=classify_lease(namespace, name, labels),
-        holder=_text(spec.get("holderIdentity"), MAX_HOLDER_LENGTH),
+        holder=holder,
         acquire_time=parse_time(spec.get("acquireTime")),
         renew_time=parse_time(spec.get("renewTime")),
         lease_duration_seconds=_whole_number(
             spec.get("leaseDurationSeconds"), MAX_DURATION_SECONDS
         ),
         lease_transitions=_whole_number(spec.get("leaseTransitions"), 2**31 - 1),
-        strategy=_text(spec.get("strategy"), 100),
-        preferred_holder=_text(spec.get("preferredHolder"), MAX_HOLDER_LENGTH),
+        strategy=strategy,
+        preferred_holder=preferred_holder,
         labels=labels,
         created_at=parse_time(metadata.get("creationTimestamp")),
         raw=raw,
         cleaned=envelope.cleaned,
+        annotations=annotations,
+        annotations_cut=annotations_cut,
+        library=leads.library,
+        identity=leads.identity,
+        token=leads.token,
+        foreign_writer=leads.foreign_writer,
+        group_name=leads.group_name,
+        group_slot=leads.group_slot,
+        name_key=natural_key(name),
     )
 
 
