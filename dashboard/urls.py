@@ -5,6 +5,7 @@ from django.urls import include, path
 from alerts import api as alerts_api
 from dashboard import oidc, views
 from leases import api as leases_api
+from leases import group_api
 
 api_v1 = [
     path("me", views.api_me, name="me"),
@@ -14,6 +15,7 @@ api_v1 = [
         leases_api.lease_detail,
         name="lease",
     ),
+    path("leader-groups", group_api.group_list, name="leader_groups"),
     path("nks/", include("nks.api_urls")),
     path("alerts", alerts_api.incident_list, name="alerts"),
 ]

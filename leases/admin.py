@@ -7,7 +7,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from leases import kube
-from leases.models import KubeCluster, Lease, LeaseCandidate, LeaseTransition
+from leases.models import KubeCluster, LeaderGroup, Lease, LeaseCandidate, LeaseTransition
 
 
 class KubeClusterForm(forms.ModelForm):
@@ -155,3 +155,18 @@ class LeaseTransitionAdmin(ReadOnlyAdmin):
 class LeaseCandidateAdmin(ReadOnlyAdmin):
     list_display = ("namespace", "name", "lease_name", "cluster", "binary_version", "renew_time")
     list_filter = ("cluster",)
+
+
+@admin.register(LeaderGroup)
+class LeaderGroupAdmin(admin.ModelAdmin):
+    """What an admin knows of a leader-k8s group that its leases do not say: its size.
+
+    The name is the lock name (the slot leases are `<name>-slot-<n>`); a row for a group no
+    lease belongs to does no harm, it only waits for the group to appear.
+    """
+
+    list_display = ("name", "namespace", "cluster", "expected_size", "created_at")
+    list_filter = ("cluster",)
+    search_fields = ("namespace", "name")
+    list_select_related = ("cluster",)
+    fields = ("cluster", "namespace", "name", "expected_size")
