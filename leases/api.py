@@ -26,6 +26,12 @@ def lease_list(request: HttpRequest) -> HttpResponse:
     order, whose values never change, following `next` walks every lease once even while
     leases are added or deleted. Unknown parameter values answer 400 with the offending
     fields.
+
+    Each lease keeps `holder`, the raw holderIdentity, and says who really leads:
+    `identity` (leader-k8s's node id / audit id, else the holder), `library` (leader_k8s,
+    coordinated, plain), `token` (leader-k8s's fencing token, else ""), `group`
+    (`{name, slot}` of a leader-k8s slot lease, else null), `foreign_writer` (a leader-k8s
+    lease whose holder is no token) and `fencing_reused_at` (when an old token came back).
     """
     form = LeaseFilterForm(request.GET)
     if not form.is_valid():
@@ -46,7 +52,15 @@ def lease_detail(request: HttpRequest, cluster: str, namespace: str, name: str) 
 
     `history` holds the holder changes the dashboard saw, oldest first: at most the newest
     1,000, and the `X-History-Truncated: true` header says when older ones were left out.
-    `missed` counts changes that happened while nobody watched (leaseTransitions jumped).
+    `missed` counts changes that happened while nobody watched (leaseTransitions jumped);
+    `fencing_reused` marks a change to a token that had held the lease before another one.
+
+    `availability` (leader-election and control-plane leases; null for others) holds, per
+    window (`1h`, `24h`, `7d`, ending now): `ratio`, the share of observed time with a valid
+    holder (null when the watcher observed none of it), `observed_seconds`,
+    `available_seconds`, `gaps` (leaderless stretches), `longest_gap_seconds` (time the
+    watcher did not observe is never counted) and `median_takeover_seconds` (null: no
+    takeover in the window).
     """
     found = api_lease_detail(cluster, namespace, name, timezone.now())
     if found is None:

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from dashboard.timefmt import api_time
+from leases.availability import ELECTION_CLASSES, Availability, lease_availability
 from leases.cursors import Cursor
 from leases.models import (
     KubeCluster,
@@ -38,7 +39,16 @@ API_FIELDS = (
     "expires_at",
     "lease_transitions",
     "deleted_at",
+    "identity",
+    "library",
+    "token",
+    "group_name",
+    "group_slot",
+    "foreign_writer",
+    "fencing_reused_at",
 )
+# For the availability block of one lease (leases/availability.py reads these).
+AVAILABILITY_FIELDS = ("created_at", "lease_class")
 
 
 def api_lease(row: Mapping[str, Any], cluster: str, now: datetime) -> dict[str, Any]:
@@ -55,6 +65,29 @@ def api_lease(row: Mapping[str, Any], cluster: str, now: datetime) -> dict[str, 
         "state": lease_state(row["holder"], row["expires_at"], now).value,
         "transitions": row["lease_transitions"],
         "deleted": row["deleted_at"] is not None,
+        # Who really leads (leases/leader_k8s.py); `holder` stays the raw holderIdentity.
+        "identity": row["identity"],
+        "library": row["library"],
+        "token": row["token"],
+        "group": (
+            {"name": row["group_name"], "slot": row["group_slot"]} if row["group_name"] else None
+        ),
+        "foreign_writer": row["foreign_writer"],
+        "fencing_reused_at": api_time(row["fencing_reused_at"]),
+    }
+
+
+def api_availability(figures: Mapping[str, Availability]) -> dict[str, dict[str, Any]]:
+    return {
+        window: {
+            "ratio": availability.ratio,
+            "observed_seconds": availability.observed_seconds,
+            "available_seconds": availability.available_seconds,
+            "gaps": availability.gaps,
+            "longest_gap_seconds": availability.longest_gap_seconds,
+            "median_takeover_seconds": availability.median_takeover_seconds,
+        }
+        for window, availability in figures.items()
     }
 
 
@@ -76,26 +109,43 @@ def api_lease_detail(
 
     The second value says whether older history was left out.
     """
-    row = (
+    lease = (
         Lease.objects.filter(cluster__name=cluster, namespace=namespace, name=name)
-        .values(*API_FIELDS)
+        .only(*API_FIELDS, *AVAILABILITY_FIELDS)
         .first()
     )
-    if row is None:
+    if lease is None:
         return None
+    row = {field: getattr(lease, field) for field in API_FIELDS}
     body = api_lease(row, cluster, now)
+    # Only where one holder at a time is the point; null for heartbeats and identities.
+    body["availability"] = (
+        api_availability(lease_availability(lease, now))
+        if lease.lease_class in ELECTION_CLASSES
+        else None
+    )
     newest = list(
         LeaseTransition.objects.filter(lease_id=row["id"])
         .order_by("-observed_at", "-id")
-        .values("from_holder", "to_holder", "observed_at", "lease_transitions", "missed")[
-            : API_HISTORY_LIMIT + 1
-        ]
+        .values(
+            "from_holder",
+            "to_holder",
+            "from_identity",
+            "to_identity",
+            "fencing_reused",
+            "observed_at",
+            "lease_transitions",
+            "missed",
+        )[: API_HISTORY_LIMIT + 1]
     )
     truncated = len(newest) > API_HISTORY_LIMIT
     body["history"] = [
         {
             "from_holder": change["from_holder"],
             "to_holder": change["to_holder"],
+            "from_identity": change["from_identity"],
+            "to_identity": change["to_identity"],
+            "fencing_reused": change["fencing_reused"],
             "observed_at": api_time(change["observed_at"]),
             "lease_transitions": change["lease_transitions"],
             "missed": change["missed"],

@@ -15,6 +15,7 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dashboard.metrics import DatabaseCollector
+from leases.availability import ELECTION_CLASSES, WINDOWS, availability_for_leases
 from leases.models import KubeCluster, Lease, LeaseClass, LeaseState, ResourceWatchState
 from leases.queries import held_count, state_counts
 
@@ -125,6 +126,51 @@ def per_lease_metrics(now: datetime) -> list[LeaseMetric]:
     ]
 
 
+@dataclass(slots=True)
+class AvailabilityMetric:
+    cluster: str
+    namespace: str
+    name: str
+    window: str
+    ratio: float | None
+    longest_gap_seconds: float
+
+
+def availability_metrics(now: datetime) -> list[AvailabilityMetric]:
+    """Each live election lease's availability over each window: one batched read per window
+    (leases/availability.py), never a query per lease."""
+    leases = list(
+        Lease.objects.live()
+        .filter(lease_class__in=ELECTION_CLASSES)
+        .select_related("cluster")
+        .only(
+            "cluster__name",
+            "namespace",
+            "name",
+            "created_at",
+            "deleted_at",
+            "expires_at",
+            "lease_class",
+        )
+        .order_by("cluster__name", "namespace", "name")
+    )
+    metrics: list[AvailabilityMetric] = []
+    for window in WINDOWS:
+        figures = availability_for_leases(leases, now, window)
+        metrics.extend(
+            AvailabilityMetric(
+                cluster=lease.cluster.name,
+                namespace=lease.namespace,
+                name=lease.name,
+                window=window,
+                ratio=figures[lease.pk].ratio,
+                longest_gap_seconds=figures[lease.pk].longest_gap_seconds,
+            )
+            for lease in leases
+        )
+    return metrics
+
+
 class LeaseCollector(DatabaseCollector):
     up_metric = f"{PREFIX}_lease_metrics_up"
     up_help = "1 when the lease series below could be read from the database."
@@ -203,6 +249,29 @@ class LeaseCollector(DatabaseCollector):
             if lease.transitions is not None:
                 transitions.add_metric(labels, lease.transitions)
         yield from (until_expiry, transitions)
+        yield from availability_families(now)
+
+
+def availability_families(now: datetime) -> Iterable[Metric]:
+    labels = ["cluster", "namespace", "name", "window"]
+    ratio = GaugeMetricFamily(
+        f"{PREFIX}_lease_availability_ratio",
+        "Share of the window's observed time during which a leader-election or control-plane "
+        "lease had a valid holder (absent when the watcher observed none of the window).",
+        labels=labels,
+    )
+    longest_gap = GaugeMetricFamily(
+        f"{PREFIX}_lease_longest_gap_seconds",
+        "Longest leaderless gap in the window, counting only the time the watcher observed.",
+        labels=labels,
+    )
+    for lease in availability_metrics(now):
+        values = [lease.cluster, lease.namespace, lease.name, lease.window]
+        # No observed time is no answer, not 0 % and not 100 %.
+        if lease.ratio is not None:
+            ratio.add_metric(values, lease.ratio)
+        longest_gap.add_metric(values, lease.longest_gap_seconds)
+    return (ratio, longest_gap)
 
 
 def node_watch_families(clusters: list[WatchMetrics]) -> Iterable[Metric]:

@@ -34,6 +34,13 @@ LEASE_KEYS = {
     "state",
     "transitions",
     "deleted",
+    # Issue 11: who really leads, beside the raw holder.
+    "identity",
+    "library",
+    "token",
+    "group",
+    "foreign_writer",
+    "fencing_reused_at",
 }
 
 
@@ -88,6 +95,12 @@ def test_list_returns_the_specified_shape(api: Client) -> None:
         "state": "held",
         "transitions": 4,
         "deleted": False,
+        "identity": "",
+        "library": "plain",
+        "token": "",
+        "group": None,
+        "foreign_writer": False,
+        "fencing_reused_at": None,
     }
 
 
@@ -160,12 +173,15 @@ def test_detail_adds_history_oldest_first_and_candidates(api: Client) -> None:
     response = api.get("/api/v1/leases/prod/kube-system/kube-scheduler")
     body = orjson.loads(response.content)
 
-    assert set(body) == LEASE_KEYS | {"history", "candidates"}
+    assert set(body) == LEASE_KEYS | {"history", "candidates", "availability"}
     assert "X-History-Truncated" not in response
     assert body["history"] == [
         {
             "from_holder": "master-0",
             "to_holder": "master-1",
+            "from_identity": "",
+            "to_identity": "",
+            "fencing_reused": False,
             "observed_at": "2026-11-29T07:50:00Z",
             "lease_transitions": 5,
             "missed": 0,
@@ -173,6 +189,9 @@ def test_detail_adds_history_oldest_first_and_candidates(api: Client) -> None:
         {
             "from_holder": "master-1",
             "to_holder": "master-2",
+            "from_identity": "",
+            "to_identity": "",
+            "fencing_reused": False,
             "observed_at": "2026-11-29T07:59:00Z",
             "lease_transitions": 8,
             "missed": 2,
