@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fakes.kube.demo_nodes import DemoNode, NodeFleet, SilenceCycle, run_node_fleet
+from fakes.kube.leader_k8s_demo import LeaderK8sElections, LeaderK8sTimings
 from fakes.kube.resources import OLDEST_EMULATION_VERSION
 from fakes.kube.store import ObjectStore
 from fakes.kube.timeline import (
@@ -121,6 +122,11 @@ class DemoScenario(Scenario):
       workers, see demo_nodes) the workers are real Nodes instead, each with its heartbeat
       Lease: one NotReady with an expired heartbeat, one that goes silent on the same
       timings and comes back Ready.
+    - operators and jobs: elections run by the bluetape4k leader-k8s library (fencing tokens,
+      node-id annotations; see leader_k8s_demo): operators/reconciler with takeovers and, at
+      120 s, the run's one fencing-token reuse; the group jobs/batch-workers-slot-0..2, whose
+      slot 2 goes unheld from 40 s on in a seven-minute cycle; operators/report-export, taken
+      over by a client-go writer at 75 s.
     """
 
     name = "demo"
@@ -134,14 +140,21 @@ class DemoScenario(Scenario):
         seed: int | None = None,
         timings: DemoTimings | None = None,
         fleet: Sequence[DemoNode] | None = None,
+        leader_k8s_timings: LeaderK8sTimings | None = None,
     ) -> None:
         super().__init__()
         self.timings = timings or DemoTimings()
+        self.leader_k8s_timings = leader_k8s_timings or LeaderK8sTimings()
         self.fleet = fleet
         # The running kubelets of `fleet`, once set up (the cloud controller follows NKS here).
         self.node_fleet: NodeFleet | None = None
         # Scenario randomness is for plausible-looking data, never for security.
         self.random = random.Random(seed)  # noqa: S311
+        # The leader-k8s leases draw from their own stream: the other leases keep their names
+        # and flips, as before those leases existed.
+        self.elections_random = random.Random(  # noqa: S311
+            None if seed is None else f"leader-k8s:{seed}"
+        )
 
     def _uuid(self) -> str:
         return str(uuid.UUID(int=self.random.getrandbits(128), version=4))
@@ -157,6 +170,7 @@ class DemoScenario(Scenario):
         self._flapping_operator(now)
         self._dying_leader(now)
         self._nodes(now)
+        self._leader_elections(now)
 
     # --- kube-system --------------------------------------------------------------------
 
@@ -318,6 +332,11 @@ class DemoScenario(Scenario):
                 state["dies_at"] = when + self.timings.leader_healthy_for
 
         self.every(now, 2.0, tick)
+
+    # --- operators and jobs: the bluetape4k leader-k8s library ----------------------------
+
+    def _leader_elections(self, now: float) -> None:
+        LeaderK8sElections(self, self.elections_random, self.leader_k8s_timings).setup(now)
 
     # --- nodes --------------------------------------------------------------------------
 
