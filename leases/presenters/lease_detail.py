@@ -10,14 +10,26 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db.models import Count, Sum
+from django.urls import reverse
 
 from dashboard.flapping import flap_policy
 from dashboard.links import path_segment
-from dashboard.timefmt import When, format_duration, iso_js, when
+from dashboard.timefmt import When, format_duration, iso_js, local_moment_text, when
+from leases.availability import (
+    ELECTION_CLASSES,
+    WINDOWS,
+    Availability,
+    Segment,
+    SegmentKind,
+    lease_availability,
+    lease_timeline,
+)
 from leases.flapping import flap_counts
+from leases.leader_k8s import is_token
 from leases.models import (
     Lease,
     LeaseCandidate,
+    LeaseLibrary,
     LeaseTransition,
     Node,
 )
@@ -33,6 +45,13 @@ from leases.presenters.watchers import ClusterStatus, cluster_status
 CANDIDATE_ALIVE_WITHIN = timedelta(minutes=1)
 # A flapping lease can have thousands of transitions: the page shows the newest.
 TIMELINE_LIMIT = 200
+# The availability strip covers the last day, like the NKS health strip.
+STRIP_WINDOW = "24h"
+# Holders on the strip take these many colours in turn (static/css/dashboard.css .tl-cN).
+STRIP_COLOURS = 6
+# A leaderless or unobserved stretch is drawn at least this share of the strip wide: a
+# 10-second gap in a day would otherwise be an invisible sliver.
+STRIP_MIN_SHARE = 1 / 400
 
 
 @dataclass(slots=True)
@@ -44,6 +63,54 @@ class HolderPeriod:
     current: bool
     # Holder changes that happened unseen just before this period began.
     missed_before: int
+    # The holder in human terms, and leader-k8s's fencing token ("" for other libraries).
+    identity: str = ""
+    token: str = ""
+    # The period began with a fencing token that had held the lease before another one.
+    fencing_reused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StripSegment:
+    """One stretch of the strip; x and width are whole seconds from the strip's start (the
+    SVG's viewBox is the window in seconds)."""
+
+    x: int
+    width: int
+    kind: SegmentKind
+    # The holder's colour on the strip (held segments only): its order of first appearance.
+    colour: int | None
+    identity: str
+    token: str
+    start_text: str
+    end_text: str
+    duration: str
+
+
+@dataclass(frozen=True, slots=True)
+class StripHolder:
+    colour: int
+    identity: str
+    token: str
+
+
+@dataclass(slots=True)
+class LeaseStrip:
+    segments: list[StripSegment]
+    seconds: int
+    window: str
+    start_label: str
+    holders: list[StripHolder]
+
+
+@dataclass(frozen=True, slots=True)
+class AvailabilityRow:
+    window: str
+    figures: Availability
+    percent: str  # "" when nothing was observed
+    observed: str
+    longest_gap: str
+    median_takeover: str  # "" when no takeover began in the window
 
 
 @dataclass(slots=True)
@@ -85,6 +152,16 @@ class LeaseDetail:
     flap_window: str
     # A kube-node-lease heartbeat's Node page, when the Node watch has seen that node.
     node_url: str = ""
+    # Who really leads (leases/leader_k8s.py).
+    library_label: str = ""
+    leader_k8s: bool = False
+    token: str = ""
+    fencing_reused: When | None = None
+    # A leader-k8s slot lease's group page.
+    group_url: str = ""
+    # Leader-election and control-plane leases only: figures per window and the strip.
+    availability: list[AvailabilityRow] | None = None
+    strip: LeaseStrip | None = None
 
 
 def _change_time(transition: LeaseTransition) -> datetime:
@@ -102,7 +179,14 @@ def holder_timeline(
     end_of_current = lease.deleted_at
     periods: list[HolderPeriod] = []
 
-    def add(holder: str, start: datetime | None, end: datetime | None, missed: int) -> None:
+    def add(
+        holder: str,
+        start: datetime | None,
+        end: datetime | None,
+        missed: int,
+        identity: str = "",
+        fencing_reused: bool = False,
+    ) -> None:
         current = end is None
         until = end or end_of_current or now
         periods.append(
@@ -115,17 +199,20 @@ def holder_timeline(
                 ),
                 current=current and end_of_current is None,
                 missed_before=missed,
+                identity=identity or holder,
+                token=holder if is_token(holder) else "",
+                fencing_reused=fencing_reused,
             )
         )
 
     if not transitions:
-        add(lease.holder, lease.acquire_time, None, 0)
+        add(lease.holder, lease.acquire_time, None, 0, lease.identity)
         return periods
     first = transitions[0]
     # Who held it before the first change seen; nothing to say when nobody did and the
     # history is complete (a lease created by its first holder).
     if first.from_holder or truncated:
-        add(first.from_holder, None, _change_time(first), 0)
+        add(first.from_holder, None, _change_time(first), 0, first.from_identity)
     for index, transition in enumerate(transitions):
         following = transitions[index + 1] if index + 1 < len(transitions) else None
         add(
@@ -133,12 +220,14 @@ def holder_timeline(
             _change_time(transition),
             _change_time(following) if following else None,
             transition.missed,
+            transition.to_identity,
+            transition.fencing_reused,
         )
     if transitions[-1].to_holder != lease.holder:
         # The watcher's latest write disagrees with the last transition row (it was written
         # by an older version, or the change was coalesced away): trust the lease.
         periods[-1].current = False
-        add(lease.holder, lease.acquire_time, None, 0)
+        add(lease.holder, lease.acquire_time, None, 0, lease.identity)
     return periods
 
 
@@ -158,6 +247,7 @@ def lease_detail(cluster: str, namespace: str, name: str, now: datetime) -> Leas
     state = lease.state_at(now)
     policy = flap_policy()
     flaps = flap_counts([lease.pk], now, policy).get(lease.pk, 0)
+    availability, strip = _leadership(lease, now)
     return LeaseDetail(
         lease=lease,
         cluster=cluster_status(lease.cluster, now),
@@ -183,6 +273,95 @@ def lease_detail(cluster: str, namespace: str, name: str, now: datetime) -> Leas
         time_zone=settings.TIME_ZONE,
         flap_window=format_duration(policy.window.total_seconds()),
         node_url=_node_url(lease),
+        library_label=LeaseLibrary(lease.library).label,
+        leader_k8s=lease.library == LeaseLibrary.LEADER_K8S,
+        token=lease.token,
+        fencing_reused=when(lease.fencing_reused_at, now),
+        group_url=_group_url(lease),
+        availability=availability,
+        strip=strip,
+    )
+
+
+def _group_url(lease: Lease) -> str:
+    if not lease.group_name:
+        return ""
+    return reverse("leases:group", args=[lease.cluster.name, lease.namespace, lease.group_name])
+
+
+def _leadership(
+    lease: Lease, now: datetime
+) -> tuple[list[AvailabilityRow] | None, LeaseStrip | None]:
+    """The availability figures and strip, for the leases where one holder at a time is
+    the point; heartbeats and API server identities get neither."""
+    if lease.lease_class not in ELECTION_CLASSES:
+        return None, None
+    figures = lease_availability(lease, now)
+    return (
+        [_availability_row(figures[window]) for window in WINDOWS],
+        lease_strip(lease_timeline(lease, now, WINDOWS[STRIP_WINDOW]), now),
+    )
+
+
+def _availability_row(figures: Availability) -> AvailabilityRow:
+    ratio = figures.ratio
+    median = figures.median_takeover_seconds
+    return AvailabilityRow(
+        window=figures.window,
+        figures=figures,
+        # Two decimals: 99.95 % and 99.5 % are different days for an on-call engineer.
+        percent="" if ratio is None else ("100 %" if ratio == 1 else f"{ratio * 100:.2f} %"),
+        observed=format_duration(figures.observed_seconds),
+        longest_gap=format_duration(figures.longest_gap_seconds),
+        median_takeover="" if median is None else format_duration(median),
+    )
+
+
+def lease_strip(segments: Sequence[Segment], now: datetime) -> LeaseStrip:
+    """The timeline as SVG-ready stretches; each holder keeps one colour across the strip."""
+    window = WINDOWS[STRIP_WINDOW]
+    start = now - window
+    seconds = int(window.total_seconds())
+    narrowest = max(1, round(seconds * STRIP_MIN_SHARE))
+    colours: dict[str, int] = {}
+    holders: list[StripHolder] = []
+    drawn: list[StripSegment] = []
+    for segment in segments:
+        colour: int | None = None
+        token = segment.holder if is_token(segment.holder) else ""
+        if segment.kind == SegmentKind.HELD:
+            if segment.holder not in colours:
+                colours[segment.holder] = len(colours) % STRIP_COLOURS
+                holders.append(
+                    StripHolder(colours[segment.holder], segment.identity or segment.holder, token)
+                )
+            colour = colours[segment.holder]
+        x = round((segment.start - start).total_seconds())
+        width = max(1, round(segment.seconds))
+        if segment.kind != SegmentKind.HELD and width < narrowest:
+            width = narrowest
+            x = max(0, min(x, seconds - width))
+        drawn.append(
+            StripSegment(
+                x=x,
+                width=width,
+                kind=segment.kind,
+                colour=colour,
+                identity=segment.identity or segment.holder,
+                token=token,
+                start_text=local_moment_text(segment.start),
+                end_text=local_moment_text(segment.end),
+                duration=format_duration(segment.seconds),
+            )
+        )
+    # Held stretches first, so a widened gap is drawn over its neighbours, not under them.
+    drawn.sort(key=lambda segment: segment.kind != SegmentKind.HELD)
+    return LeaseStrip(
+        segments=drawn,
+        seconds=seconds,
+        window=STRIP_WINDOW,
+        start_label=local_moment_text(start),
+        holders=holders,
     )
 
 
