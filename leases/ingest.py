@@ -6,10 +6,15 @@ are detected as each event arrives, against the newest state seen, so coalescing
 hides a transition. The reader thread calls `observe*()`; another thread calls `flush()`;
 a lock guards the hand-over, and the database work happens outside it.
 
+Leader-election and control-plane leases are also followed event by event for their
+holder spans (leases/holder_spans.py); node heartbeats cost one dict lookup more per event.
+A transition carries the holders' identities (computed at the change, which is rare) and,
+for a leader-k8s token, whether the token came back (leases/fencing.py, at the flush).
+
 Restart safety: the in-memory "known" state starts from the database, and the database's
-holder is written in the same transaction as the transition rows. A watcher that dies
-before a flush loses nothing that a relist cannot rebuild, and a new watcher never writes a
-transition the old one already wrote.
+holder is written in the same transaction as the transition rows and the spans. A watcher
+that dies before a flush loses nothing that a relist cannot rebuild, and a new watcher never
+writes a transition the old one already wrote.
 """
 
 from __future__ import annotations
@@ -24,6 +29,18 @@ from typing import Any
 from django.db import DatabaseError, DataError, IntegrityError, transaction
 from django.utils import timezone
 
+from leases.classify import NODE_LEASE_NAMESPACE
+from leases.fencing import token_came_back
+from leases.holder_spans import (
+    FOLLOWED_CLASSES,
+    SpanMove,
+    Tenure,
+    first_sight,
+    load_tenures,
+    open_missing_spans,
+    write_moves,
+)
+from leases.leader_k8s import MANAGED_BY_ANNOTATION, MAX_IDENTITY
 from leases.lease_rows import (
     UPSERT_BATCH_SIZE,
     Renewals,
@@ -31,8 +48,11 @@ from leases.lease_rows import (
     sync_candidates,
     upsert_leases,
 )
-from leases.models import Lease, LeaseTransition
+from leases.models import Lease, LeaseLibrary, LeaseTransition
 from leases.parse import (
+    LeaseObservation,
+    lease_class_of,
+    lease_leadership,
     lease_state,
     parse_lease,
     parse_time,
@@ -69,6 +89,10 @@ class PendingTransition:
     acquire_time: datetime | None
     lease_transitions: int | None
     missed: int
+    from_identity: str = ""
+    to_identity: str = ""
+    # `to_holder` is a leader-k8s fencing token: the flush checks whether it came back.
+    token: bool = False
 
 
 @dataclass(slots=True)
@@ -87,14 +111,37 @@ class FlushResult:
     # data, not the connection) and that were skipped so the rest of the batch is written.
     objects_cleaned: int = 0
     leases_skipped: int = 0
+    # Holder spans opened and closed, and transitions that brought a fencing token back.
+    spans_opened: int = 0
+    spans_closed: int = 0
+    fencing_reused: int = 0
 
 
-# Leases waiting for a flush: the newest object per lease, with its holder transitions.
-_Batch = PendingBatch[Key, dict[str, Any], PendingTransition]
+@dataclass(slots=True)
+class _Written:
+    """What one transaction wrote besides lease rows: counted once it commits."""
+
+    transitions: int = 0
+    fencing_reused: int = 0
+    spans_opened: int = 0
+    spans_closed: int = 0
+
+    def add_to(self, result: FlushResult) -> None:
+        result.transitions_written += self.transitions
+        result.fencing_reused += self.fencing_reused
+        result.spans_opened += self.spans_opened
+        result.spans_closed += self.spans_closed
 
 
-def _transition_key(transition: PendingTransition) -> Key:
-    return transition.key
+# What a flush writes besides the lease rows, in the order it was observed.
+History = PendingTransition | SpanMove
+# Leases waiting for a flush: the newest object per lease, with its holder transitions
+# and span moves.
+_Batch = PendingBatch[Key, dict[str, Any], History]
+
+
+def _transition_key(item: History) -> Key:
+    return item.key
 
 
 class LeaseIngestor:
@@ -108,18 +155,36 @@ class LeaseIngestor:
         # this ingestor: an object with the same stable part is written as a renewal,
         # without the full parse. Absent: the next write of that lease is a full upsert.
         self._renewable: dict[Key, bytes] = {}
+        # The identity of each lease whose identity is not its holder (leader-k8s): the
+        # `from_identity` of its next transition. Others' identity is the holder, cut.
+        self._identities: dict[Key, str] = {}
+        # The leases followed for holder spans (leases/holder_spans.py): leader-election and
+        # control-plane ones, never node heartbeats.
+        self._tenures: dict[Key, Tenure] = {}
         self.load_known()
 
     def load_known(self) -> None:
-        """Start from what the database holds, so a restarted watcher compares correctly."""
+        """Start from what the database holds, so a restarted watcher compares correctly
+        and continues the open holder spans."""
         rows = Lease.objects.filter(
             cluster_id=self.cluster_id, deleted_at__isnull=True
         ).values_list("id", "namespace", "name", "holder", "lease_transitions")
+        identities = Lease.objects.filter(
+            cluster_id=self.cluster_id, deleted_at__isnull=True, library=LeaseLibrary.LEADER_K8S
+        ).values_list("namespace", "name", "holder", "identity")
+        open_missing_spans(self.cluster_id)
+        tenures = load_tenures(self.cluster_id)
         with self._lock:
             self._known = {}
             for lease_id, namespace, name, holder, transitions in rows.iterator(chunk_size=5000):
                 self._known[(namespace, name)] = KnownLease(holder, transitions)
                 self._lease_ids[(namespace, name)] = lease_id
+            self._identities = {
+                (namespace, name): identity
+                for namespace, name, holder, identity in identities
+                if identity != holder[:MAX_IDENTITY]
+            }
+            self._tenures = tenures
 
     @property
     def known_keys(self) -> set[Key]:
@@ -138,12 +203,18 @@ class LeaseIngestor:
             previous = self._known.get(key)
             if previous is None:
                 self._known[key] = KnownLease(holder, lease_transitions)
+                self._first_sight(key, obj, holder, spec, batch)
             elif previous.holder != holder or previous.lease_transitions != lease_transitions:
-                transition = _transition_between(previous, key, holder, lease_transitions, spec)
-                if transition is not None:
-                    batch.history.append(transition)
+                self._changed(previous, key, obj, holder, lease_transitions, spec, batch)
                 self._known[key] = KnownLease(holder, lease_transitions)
-            # else a renewal: what is known stays as it is, nothing to allocate.
+            else:
+                # A renewal: what is known stays as it is. Only a followed lease (never a
+                # node heartbeat) has more to check: whether it came after its expiry.
+                tenure = self._tenures.get(key)
+                if tenure is not None:
+                    move = tenure.renewed(key, spec, self._identity(key, holder))
+                    if move is not None:
+                        batch.history.append(move)
             batch.objects[key] = obj
             if key not in batch.received:  # the clock is read only for a lease's first event
                 batch.received[key] = time.monotonic() if received is None else received
@@ -151,12 +222,85 @@ class LeaseIngestor:
                 batch.deleted.pop(key, None)
         return True
 
+    def _identity(self, key: Key, holder: str) -> str:
+        return self._identities.get(key) or holder[:MAX_IDENTITY]
+
+    def _first_sight(
+        self, key: Key, obj: dict[str, Any], holder: str, spec: dict[str, Any], batch: _Batch
+    ) -> None:
+        """A lease new to this ingestor: remember an identity that is not its holder, and
+        follow its holder spans when its class has them. Once per lease, not per event."""
+        metadata = obj["metadata"]  # lease_state checked it
+        annotations = metadata.get("annotations")
+        if len(holder) > MAX_IDENTITY or (
+            type(annotations) is dict and MANAGED_BY_ANNOTATION in annotations
+        ):
+            leads = lease_leadership(obj)
+            if leads is not None and leads.identity != holder[:MAX_IDENTITY]:
+                self._identities[key] = leads.identity
+        # Node heartbeats first and cheaply: thousands of them, never followed.
+        if key[0] == NODE_LEASE_NAMESPACE:
+            return
+        if lease_class_of(key[0], key[1], metadata) in FOLLOWED_CLASSES:
+            identity = self._identity(key, holder)
+            tenure, move = first_sight(key, holder, identity, spec, timezone.now())
+            self._tenures[key] = tenure
+            if move is not None:
+                batch.history.append(move)
+
+    def _changed(
+        self,
+        previous: KnownLease,
+        key: Key,
+        obj: dict[str, Any],
+        holder: str,
+        lease_transitions: int | None,
+        spec: dict[str, Any],
+        batch: _Batch,
+    ) -> None:
+        """A holder change or a jump in leaseTransitions: the transition, with identities
+        (read from the object now: the flush sees only the newest one), and the spans."""
+        from_identity = self._identity(key, previous.holder)
+        token = False
+        if holder == previous.holder:
+            to_identity = from_identity
+        else:
+            leads = lease_leadership(obj)
+            to_identity = leads.identity if leads is not None else holder[:MAX_IDENTITY]
+            token = leads is not None and bool(leads.token)
+            if to_identity != holder[:MAX_IDENTITY]:
+                self._identities[key] = to_identity
+            else:
+                self._identities.pop(key, None)
+        transition = _transition_between(previous, key, holder, lease_transitions, spec)
+        if transition is not None:
+            transition.from_identity, transition.to_identity = from_identity, to_identity
+            transition.token = token
+            batch.history.append(transition)
+        tenure = self._tenures.get(key)
+        if tenure is None:
+            return
+        if holder == previous.holder:
+            move = tenure.renewed(key, spec, to_identity)
+        else:
+            move = tenure.taken(key, holder, to_identity, spec, timezone.now())
+        if move is not None:
+            batch.history.append(move)
+
     def observe_deleted(self, key: Key, received: float | None = None) -> None:
         received = time.monotonic() if received is None else received
         with self._lock:
             self._known.pop(key, None)
             self._renewable.pop(key, None)
+            self._identities.pop(key, None)
+            tenure = self._tenures.pop(key, None)
             self._batch.record_deletion(key, received)
+            if tenure is not None:
+                move = tenure.deleted(key, timezone.now())
+                if move is not None:
+                    # After record_deletion: the move waits with the lease's history, and
+                    # the flush writes it before the deletion.
+                    self._batch.history.append(move)
 
     def reconcile(self, listed: set[Key]) -> int:
         """After a (re)list: leases we know of that the list no longer has were deleted."""
@@ -175,8 +319,8 @@ class LeaseIngestor:
 
         Leases are kept in first-seen order, so committing chunk by chunk gets the longest
         waiting rows into the database first: under full load the worst staleness is about
-        one flush, not two. Each chunk commits its leases together with their transitions,
-        which is what makes a restarted watcher agree with the database.
+        one flush, not two. Each chunk commits its leases together with their transitions
+        and span moves, which is what makes a restarted watcher agree with the database.
         """
         with self._lock:
             # The longest-waiting leases first: see PendingBatch.split_oldest.
@@ -185,32 +329,35 @@ class LeaseIngestor:
         result = FlushResult(events=batch.events, drained=drained)
         if batch.is_empty():
             return result
-        pending_transitions = batch.history_by_key(_transition_key)
+        pending_history = batch.history_by_key(_transition_key)
         items = list(batch.objects.items())
         written = 0
         try:
             for start in range(0, len(items), UPSERT_BATCH_SIZE):
                 chunk = items[start : start + UPSERT_BATCH_SIZE]
                 try:
-                    self._write_chunk(chunk, pending_transitions, result)
+                    self._write_chunk(chunk, pending_history, result)
                 except ROW_DATA_ERRORS:
                     # The database refused a value, not the connection: retrying the same
                     # batch would fail forever and keep every valid lease out. Write one
                     # by one instead and skip only the leases that fail alone.
                     for index, item in enumerate(chunk):
-                        self._write_alone(item, pending_transitions, result)
+                        self._write_alone(item, pending_history, result)
                         written = start + index + 1
                 written = start + len(chunk)
                 oldest = min(batch.received[key] for key, _ in chunk)
                 result.lag_seconds = max(result.lag_seconds, time.monotonic() - oldest)
             with transaction.atomic():
-                # Transitions of leases deleted later in the same batch, then deletions.
-                leftover = [item for group in pending_transitions.values() for item in group]
-                result.transitions_written += self._write_transitions(leftover, {})
-                result.deletions_written = self._mark_deleted(batch.deleted, timezone.now())
-            pending_transitions.clear()
+                # History of leases deleted later in the same batch (their transitions, the
+                # spans their deletion closes), then deletions.
+                leftover = [item for group in pending_history.values() for item in group]
+                history = self._write_history(leftover, {})
+                deletions = self._mark_deleted(batch.deleted, timezone.now())
+            history.add_to(result)
+            result.deletions_written = deletions
+            pending_history.clear()
         except DatabaseError:
-            failed = batch.remainder(written, pending_transitions)
+            failed = batch.remainder(written, pending_history)
             with self._lock:
                 self._batch.requeue(failed)
             raise
@@ -222,10 +369,10 @@ class LeaseIngestor:
     def _write_chunk(
         self,
         chunk: list[tuple[Key, dict[str, Any]]],
-        pending_transitions: dict[Key, list[PendingTransition]],
+        pending_history: dict[Key, list[History]],
         result: FlushResult,
     ) -> None:
-        """Commit leases with their transitions; nothing is counted unless it commits.
+        """Commit leases with their history; nothing is counted unless it commits.
 
         A lease whose object differs from its committed row only by a renewal is written by
         `renew_leases` (a few values, no parse); the others, and any renewal whose row has
@@ -269,10 +416,9 @@ class LeaseIngestor:
                 if observation is not None
             ]
             ids = upsert_leases(self.cluster_id, observations, now)
-            transitions = [
-                transition for key, _ in chunk for transition in pending_transitions.get(key, ())
-            ]
-            transitions_written = self._write_transitions(transitions, ids)
+            history = self._write_history(
+                [item for key, _ in chunk for item in pending_history.get(key, ())], ids
+            )
         with self._lock:
             self._lease_ids.update(ids)
             for key, _ in full:
@@ -281,23 +427,24 @@ class LeaseIngestor:
                     self._renewable[key] = digest
                 else:
                     self._renewable.pop(key, None)
+            self._follow_identities(observations)
         for key, _ in chunk:
-            pending_transitions.pop(key, None)
+            pending_history.pop(key, None)
         result.leases_written += len(observations) + len(renewed)
         result.leases_renewed += len(renewed)
-        result.transitions_written += transitions_written
+        history.add_to(result)
         result.objects_cleaned += sum(observation.cleaned for observation in observations)
 
     def _write_alone(
         self,
         item: tuple[Key, dict[str, Any]],
-        pending_transitions: dict[Key, list[PendingTransition]],
+        pending_history: dict[Key, list[History]],
         result: FlushResult,
     ) -> None:
         try:
-            self._write_chunk([item], pending_transitions, result)
+            self._write_chunk([item], pending_history, result)
         except ROW_DATA_ERRORS as exc:
-            pending_transitions.pop(item[0], None)
+            pending_history.pop(item[0], None)
             result.leases_skipped += 1
             # The lease's name only: its values are the cluster's data, maybe large.
             logger.warning(
@@ -307,30 +454,70 @@ class LeaseIngestor:
                 type(exc).__name__,
             )
 
-    def _write_transitions(self, pending: list[PendingTransition], ids: dict[Key, int]) -> int:
+    def _follow_identities(self, observations: list[LeaseObservation]) -> None:
+        """Identities as the flush parsed them: annotations may change without a holder
+        change. Called under the lock; a lease whose holder has changed since its object
+        was taken keeps what its change set."""
+        identities, known = self._identities, self._known
+        for observation in observations:
+            key = observation.key
+            if observation.library is not LeaseLibrary.LEADER_K8S and key not in identities:
+                continue  # the identity is the holder, as assumed
+            current = known.get(key)
+            if current is None or current.holder != observation.holder:
+                continue
+            if observation.identity != observation.holder[:MAX_IDENTITY]:
+                identities[key] = observation.identity
+            else:
+                identities.pop(key, None)
+
+    def _write_history(self, pending: list[History], ids: dict[Key, int]) -> _Written:
+        """Transitions (with their fencing check) and span moves, in observed order."""
+        written = _Written()
         if not pending:
-            return 0
+            return written
         with self._lock:
-            known_ids = dict(self._lease_ids)
+            known_ids = {item.key: self._lease_ids.get(item.key) for item in pending}
         rows = []
-        for transition in pending:
-            lease_id = ids.get(transition.key) or known_ids.get(transition.key)
+        moves: list[tuple[int, SpanMove]] = []
+        earlier: dict[int, list[tuple[str, str]]] = {}
+        reused_at: dict[int, datetime] = {}
+        for item in pending:
+            lease_id = ids.get(item.key) or known_ids.get(item.key)
             if lease_id is None:
                 # Created, changed and deleted within one batch: no row ever existed.
                 continue
+            if isinstance(item, SpanMove):
+                moves.append((lease_id, item))
+                continue
+            change = (item.from_holder, item.to_holder)
+            before = earlier.setdefault(lease_id, [])
+            reused = item.token and token_came_back(lease_id, change, before)
+            before.append(change)
+            if reused:
+                reused_at[lease_id] = item.observed_at
             rows.append(
                 LeaseTransition(
                     lease_id=lease_id,
-                    from_holder=transition.from_holder,
-                    to_holder=transition.to_holder,
-                    observed_at=transition.observed_at,
-                    acquire_time=transition.acquire_time,
-                    lease_transitions=transition.lease_transitions,
-                    missed=transition.missed,
+                    from_holder=item.from_holder,
+                    to_holder=item.to_holder,
+                    from_identity=item.from_identity,
+                    to_identity=item.to_identity,
+                    observed_at=item.observed_at,
+                    acquire_time=item.acquire_time,
+                    lease_transitions=item.lease_transitions,
+                    missed=item.missed,
+                    fencing_reused=reused,
                 )
             )
         LeaseTransition.objects.bulk_create(rows, batch_size=UPSERT_BATCH_SIZE)
-        return len(rows)
+        for lease_id, observed_at in reused_at.items():
+            Lease.objects.filter(pk=lease_id).update(fencing_reused_at=observed_at)
+        spans = write_moves(moves)
+        written.transitions = len(rows)
+        written.fencing_reused = sum(row.fencing_reused for row in rows)
+        written.spans_opened, written.spans_closed = spans.opened, spans.closed
+        return written
 
     def _mark_deleted(self, deleted: dict[Key, float], now: datetime) -> int:
         count = 0

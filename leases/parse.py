@@ -15,7 +15,7 @@ import orjson
 
 from dashboard.natural import natural_key
 from leases.classify import classify_lease
-from leases.leader_k8s import bounded_annotations, leadership
+from leases.leader_k8s import Leadership, bounded_annotations, leadership
 from leases.models import LeaseClass, LeaseLibrary
 
 # Holder identities are free text; cap what is stored so one odd client cannot bloat rows.
@@ -126,6 +126,11 @@ def lease_state(obj: object) -> LeaseState | None:
         _whole_number(spec.get("leaseTransitions"), 2**31 - 1),
         spec,
     )
+
+
+def lease_class_of(namespace: str, name: str, metadata: dict[str, Any]) -> LeaseClass:
+    """The class parse_lease gives the object, for the ingestor's first sight of a lease."""
+    return classify_lease(namespace, name, _labels(metadata.get("labels")))
 
 
 def parse_time(value: object) -> datetime | None:
@@ -250,11 +255,8 @@ def parse_lease(obj: object) -> LeaseObservation | None:
         envelope.spec,
     )
     labels = _labels(metadata.get("labels"))
-    annotations, annotations_cut = bounded_annotations(metadata.get("annotations"))
-    holder = _text(spec.get("holderIdentity"), MAX_HOLDER_LENGTH)
-    strategy = _text(spec.get("strategy"), 100)
-    preferred_holder = _text(spec.get("preferredHolder"), MAX_HOLDER_LENGTH)
-    leads = leadership(name, holder, annotations, strategy, preferred_holder)
+    annotations, annotations_cut, leads = _leadership(envelope)
+    holder, strategy, preferred_holder = _leader_fields(spec)
     raw = envelope.raw
     return LeaseObservation(
         namespace=namespace,
@@ -285,6 +287,36 @@ def parse_lease(obj: object) -> LeaseObservation | None:
         group_slot=leads.group_slot,
         name_key=natural_key(name),
     )
+
+
+def _leader_fields(spec: dict[str, Any]) -> tuple[str, str, str]:
+    """holderIdentity, strategy and preferredHolder as stored."""
+    return (
+        _text(spec.get("holderIdentity"), MAX_HOLDER_LENGTH),
+        _text(spec.get("strategy"), 100),
+        _text(spec.get("preferredHolder"), MAX_HOLDER_LENGTH),
+    )
+
+
+def _leadership(envelope: _Envelope) -> tuple[dict[str, str], int, Leadership]:
+    annotations, cut = bounded_annotations(envelope.metadata.get("annotations"))
+    holder, strategy, preferred_holder = _leader_fields(envelope.spec)
+    return (
+        annotations,
+        cut,
+        leadership(envelope.name, holder, annotations, strategy, preferred_holder),
+    )
+
+
+def lease_leadership(obj: object) -> Leadership | None:
+    """Who leads, read exactly as parse_lease reads it (NULs removed, annotations bounded).
+
+    For the ingestor's rare moments that need it before the flush parses the object: a
+    holder change (the transition's identities) and the first sight of a lease whose
+    identity is not its holderIdentity.
+    """
+    envelope = _envelope(obj)
+    return None if envelope is None else _leadership(envelope)[2]
 
 
 def parse_candidate(obj: object) -> CandidateObservation | None:
