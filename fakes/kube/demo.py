@@ -125,8 +125,9 @@ class DemoScenario(Scenario):
     - operators and jobs: elections run by the bluetape4k leader-k8s library (fencing tokens,
       node-id annotations; see leader_k8s_demo): operators/reconciler with takeovers and, at
       120 s, the run's one fencing-token reuse; the group jobs/batch-workers-slot-0..2, whose
-      slot 2 goes unheld from 40 s on in a seven-minute cycle; operators/report-export, taken
-      over by a client-go writer at 75 s.
+      slot 2 goes unheld from 40 s on in a seven-minute cycle; jobs/nightly-export-slot-0..1,
+      with no slot held from about 2 to 4.5 minutes (and every fifteen minutes after);
+      operators/report-export, taken over by a client-go writer at 75 s.
     """
 
     name = "demo"

@@ -25,6 +25,9 @@ What happens, in scenario time (LeaderK8sTimings):
   later with a new token; held for two minutes; then its pod crashes, the lease expires, and
   the replacement pod takes it with a new token 90 s after the crash; two minutes later the
   cycle starts again with a release.
+- jobs/nightly-export-slot-0..1: a two-slot group whose node is drained at 90 s and every
+  fifteen minutes after: both workers are killed, both slots expire, and the group has no
+  leader until the replacement pods take both slots with new tokens three minutes later.
 - operators/report-export: a leader-k8s lease until its holder releases it at 60 s; at 75 s a
   legacy client-go deployment configured with the same lock name takes it (holder = pod
   name, annotations kept as client-go keeps an object's metadata): a foreign writer.
@@ -72,6 +75,9 @@ class LeaderK8sTimings:
     slot_released_for: float = 90.0
     slot_term: float = 120.0
     slot_replacement_after: float = 90.0  # crash to the replacement pod's first attempt
+    drain_after: float = 90.0  # the nightly-export workers' node is drained
+    drained_for: float = 180.0  # eviction to the replacement pods' first attempts
+    drain_every: float = 900.0
     foreign_release_after: float = 60.0
     foreign_takeover_after: float = 75.0
     client_go_lease_duration: int = 15
@@ -256,6 +262,8 @@ class LeaderK8sElections:
     GROUP = ("jobs", "batch-workers")
     GROUP_SIZE = 3
     UNSTAFFED_SLOT = 2
+    DRAINED_GROUP = ("jobs", "nightly-export")
+    DRAINED_GROUP_SIZE = 2  # maxLeaders left at the library's default
     FOREIGN = ("operators", "report-export")
 
     def __init__(
@@ -311,6 +319,7 @@ class LeaderK8sElections:
     def setup(self, now: float) -> None:
         self._reconciler(now)
         self._group(now)
+        self._drained_group(now)
         self._foreign_writer(now)
 
     def _reconciler(self, now: float) -> None:
@@ -420,6 +429,36 @@ class LeaderK8sElections:
 
         first.on_acquired = acquired
         self.scenario.at(now + timings.slot_release_after, lambda at: release(first, at))
+
+    def _drained_group(self, now: float) -> None:
+        timings = self.timings
+        namespace, lock = self.DRAINED_GROUP
+        new_pod = self._deployment(lock)
+        leases = [
+            self._lease(namespace, f"{lock}-slot-{slot}") for slot in range(self.DRAINED_GROUP_SIZE)
+        ]
+        holders = [ElectorPod(self, lease, new_pod()) for lease in leases]
+        for slot, (lease, holder) in enumerate(zip(leases, holders, strict=True)):
+            self._seed(
+                lease,
+                holder,
+                now,
+                acquired_ago=7 * _HOUR - slot * 60,
+                transitions=4 + slot,
+                created_ago=30 * _DAY,
+                phase=2.0 + slot * 5.0,
+            )
+
+        def drain(when: float) -> None:
+            # Both workers ran on the drained node: evicted, neither releases (the JVMs are
+            # killed), so both slots expire and the group has no leader until the
+            # replacements are scheduled and up.
+            for index, pod in enumerate(holders):
+                pod.stop()
+                holders[index] = ElectorPod(self, leases[index], new_pod())
+                holders[index].start(when + timings.drained_for + index * 1.5)
+
+        self.scenario.every(now + timings.drain_after, timings.drain_every, drain)
 
     def _foreign_writer(self, now: float) -> None:
         timings = self.timings

@@ -26,7 +26,8 @@ AUDIT_ID = "leader.bluetape4k.io/audit-leader-id"
 RECONCILER = ("operators", "reconciler")
 FOREIGN = ("operators", "report-export")
 SLOTS = [("jobs", f"batch-workers-slot-{slot}") for slot in range(3)]
-LEADER_K8S = [RECONCILER, FOREIGN, *SLOTS]
+DRAINED = [("jobs", f"nightly-export-slot-{slot}") for slot in range(2)]
+LEADER_K8S = [RECONCILER, FOREIGN, *SLOTS, *DRAINED]
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,11 @@ def test_the_demo_lists_leader_k8s_leases_with_tokens_and_the_librarys_annotatio
 def test_the_group_is_three_slots_named_lock_slot_index_held_by_three_pods(
     observed: Observed,
 ) -> None:
-    group = sorted(name for namespace, name in observed.initial if namespace == "jobs")
+    group = sorted(
+        name
+        for namespace, name in observed.initial
+        if namespace == "jobs" and name.startswith("batch-workers")
+    )
     node_ids = {observed.initial[key].metadata.annotations[NODE_ID] for key in SLOTS}
     tokens = {observed.initial[key].spec.holder_identity for key in SLOTS}
 
@@ -245,6 +250,30 @@ def test_slot_2_goes_unheld_again_and_again(observed: Observed) -> None:
 
     assert sum(1 for _, holder in holders if holder is None) >= 2
     assert len(tokens) == len(set(tokens))  # every acquisition brings a fresh token
+
+
+def test_the_drained_group_has_no_slot_held_for_two_minutes_then_new_pods_take_both(
+    observed: Observed,
+) -> None:
+    slots = [observed.of(key) for key in DRAINED]
+    # The last renewal of each evicted worker, and its replacement's first write.
+    last = [
+        next(b for b, a in itertools.pairwise(events) if a.holder != b.holder) for events in slots
+    ]
+    taken = [
+        next(a for b, a in itertools.pairwise(events) if a.holder != b.holder) for events in slots
+    ]
+    unstaffed_from = max(event.expires for event in last)
+    staffed_again = min(event.at for event in taken)
+
+    assert unstaffed_from < 150
+    assert staffed_again - unstaffed_from >= 120
+    for before, after in zip(last, taken, strict=True):
+        assert TOKEN.match(after.holder or "")
+        assert after.holder != before.holder
+        assert after.transitions == (before.transitions or 0) + 1
+        assert after.acquired == after.renewed
+        assert after.annotations[NODE_ID] != before.annotations[NODE_ID]
 
 
 def test_the_reconciler_is_taken_over_by_other_pods_with_new_tokens(observed: Observed) -> None:
