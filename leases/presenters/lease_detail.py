@@ -52,6 +52,8 @@ STRIP_COLOURS = 6
 # A leaderless or unobserved stretch is drawn at least this share of the strip wide: a
 # 10-second gap in a day would otherwise be an invisible sliver.
 STRIP_MIN_SHARE = 1 / 400
+# A flapping lease can have dozens of holders in a day: the legend names the first ones.
+STRIP_LEGEND_LIMIT = 12
 
 
 @dataclass(slots=True)
@@ -91,7 +93,6 @@ class StripSegment:
 class StripHolder:
     colour: int
     identity: str
-    token: str
 
 
 @dataclass(slots=True)
@@ -100,7 +101,8 @@ class LeaseStrip:
     seconds: int
     window: str
     start_label: str
-    holders: list[StripHolder]
+    holders: list[StripHolder]  # the legend: at most STRIP_LEGEND_LIMIT
+    more_holders: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,13 +331,14 @@ def lease_strip(segments: Sequence[Segment], now: datetime) -> LeaseStrip:
     for segment in segments:
         colour: int | None = None
         token = segment.holder if is_token(segment.holder) else ""
+        identity = segment.identity or segment.holder
         if segment.kind == SegmentKind.HELD:
-            if segment.holder not in colours:
-                colours[segment.holder] = len(colours) % STRIP_COLOURS
-                holders.append(
-                    StripHolder(colours[segment.holder], segment.identity or segment.holder, token)
-                )
-            colour = colours[segment.holder]
+            # By identity: leader-k8s writes a new token at every acquisition, yet the same
+            # node leading again should look the same.
+            if identity not in colours:
+                colours[identity] = len(colours) % STRIP_COLOURS
+                holders.append(StripHolder(colours[identity], identity))
+            colour = colours[identity]
         x = round((segment.start - start).total_seconds())
         width = max(1, round(segment.seconds))
         if segment.kind != SegmentKind.HELD and width < narrowest:
@@ -347,7 +350,7 @@ def lease_strip(segments: Sequence[Segment], now: datetime) -> LeaseStrip:
                 width=width,
                 kind=segment.kind,
                 colour=colour,
-                identity=segment.identity or segment.holder,
+                identity=identity,
                 token=token,
                 start_text=local_moment_text(segment.start),
                 end_text=local_moment_text(segment.end),
@@ -361,7 +364,8 @@ def lease_strip(segments: Sequence[Segment], now: datetime) -> LeaseStrip:
         seconds=seconds,
         window=STRIP_WINDOW,
         start_label=local_moment_text(start),
-        holders=holders,
+        holders=holders[:STRIP_LEGEND_LIMIT],
+        more_holders=max(0, len(holders) - STRIP_LEGEND_LIMIT),
     )
 
 

@@ -201,3 +201,26 @@ def test_hostile_identity_and_token_are_escaped_everywhere_on_the_page(
     escaped = "&lt;script&gt;alert(&quot;node&quot;)&lt;/script&gt;"
     assert text.count(escaped) >= 5  # leader, holder, strip title and legend, history
     assert escaped in section(text, "<svg", "</svg>")
+
+
+def test_a_node_leading_again_under_a_new_token_keeps_its_colour(
+    engineer_client: Client, cluster: KubeCluster
+) -> None:
+    lease = slot_lease(cluster)
+    for holder, identity, start, end in (
+        (TOKEN_A, "worker-3", 300, 200),
+        ("b4k-" + "C" * 22, "worker-5", 200, 100),
+        (TOKEN_B, "worker-3", 100, None),
+    ):
+        LeaseHolderSpan.objects.create(
+            lease=lease,
+            holder=holder,
+            identity=identity,
+            started_at=ago(start),
+            ended_at=ago(end) if end is not None else None,
+        )
+
+    strip = section(page(engineer_client), "<svg", "</svg>")
+
+    colours = re.findall(r'class="tl-held (tl-c\d)"[^>]*>\s*<title>([\w-]+) ', strip)
+    assert colours == [("tl-c0", "worker-3"), ("tl-c1", "worker-5"), ("tl-c0", "worker-3")]
