@@ -95,7 +95,8 @@ class RuleContext:
 
 
 # --- Details ---------------------------------------------------------------------------------
-# details = {"facts": [{"label", "text"} or {"label", "at": ISO time}], "items_label": str,
+# details = {"facts": [{"label", "text"[, "token"]} or {"label", "at": ISO time}],
+#            "items_label": str,
 #            "items": [str], "items_total": int, ...rule-specific flags}
 
 
@@ -107,6 +108,16 @@ def time_fact(label: str, moment: datetime | None) -> dict[str, str]:
     if moment is None:
         return {"label": label, "text": "never"}
     return {"label": label, "at": iso_utc(moment)}
+
+
+def holder_fact(label: str, identity: str, token: str = "") -> dict[str, str]:
+    """Who held a lease in human terms, with its leader-k8s fencing token beside it (mail
+    and the incident page show the token muted). `identity` falls back to the token: rows
+    seen before identities were recorded carry only the raw holder."""
+    item = {"label": label, "text": identity or token or "nobody"}
+    if token and token != item["text"]:
+        item["token"] = token
+    return item
 
 
 def seconds_text(seconds: float) -> str:

@@ -17,6 +17,7 @@ from alerts.conditions import (
     RuleContext,
     RuleOutcome,
     fact,
+    holder_fact,
     seconds_text,
     time_fact,
 )
@@ -73,6 +74,8 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
             "namespace",
             "name",
             "holder",
+            "identity",
+            "token",
             "renew_time",
             "expires_at",
             "lease_duration_seconds",
@@ -101,7 +104,11 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
                     "facts": [
                         fact("Lease", where),
                         fact("Class", LeaseClass(row["lease_class"]).label),
-                        fact("Holder (last renewed by)", row["holder"]),
+                        holder_fact(
+                            "Holder (last renewed by)",
+                            row["identity"] or row["holder"],
+                            row["token"],
+                        ),
                         time_fact("Last renewed", row["renew_time"]),
                         fact("Lease duration", f"{duration} s"),
                         time_fact("Expired at", expires_at),
@@ -188,7 +195,7 @@ def lease_flapping(ctx: RuleContext) -> RuleOutcome:
         )
     }
     leases = Lease.objects.filter(pk__in=list(changes)).values(
-        "id", "cluster_id", "namespace", "name", "holder"
+        "id", "cluster_id", "namespace", "name", "holder", "identity", "token"
     )
     prefix = reverse("leases:index")
     window_text = seconds_text(window.total_seconds())
@@ -212,7 +219,11 @@ def lease_flapping(ctx: RuleContext) -> RuleOutcome:
                     "facts": [
                         fact("Lease", where),
                         fact("Holder changes", f"{row['changes']} in the last {window_text}"),
-                        fact("Current holder", lease["holder"] or "nobody (released)"),
+                        holder_fact(
+                            "Current holder",
+                            lease["identity"] or lease["holder"] or "nobody (released)",
+                            lease["token"],
+                        ),
                         time_fact("Last change", row["last"]),
                         fact(
                             "Rule",

@@ -106,7 +106,12 @@ def incident_context(incident: Incident, now: datetime) -> dict[str, Any]:
         "lasted": format_duration(incident.duration(now).total_seconds()),
         "resolution": visible(incident.resolution, 500),
         "facts": [
-            {"label": visible(item.get("label", ""), 80), "text": _fact_text(item, now)}
+            {
+                "label": visible(item.get("label", ""), 80),
+                "text": _fact_text(item, now),
+                # A leader-k8s fencing token, shown muted beside the holder's identity.
+                "token": visible(item.get("token", ""), 80),
+            }
             for item in details.get("facts", [])
             if isinstance(item, dict)
         ],

@@ -28,6 +28,9 @@ class Rule(models.TextChoices):
     NODEGROUP_MISMATCH = "nodegroup_mismatch", "NKS and the cluster disagree"
     RESIZE_FAILED = "resize_failed", "nodegroup resize failed"
     SOURCE_STALE = "source_stale", "data source stale"
+    LEADER_GROUP_UNSTAFFED = "leader_group_unstaffed", "leader group unstaffed"
+    LEADER_GROUP_DEGRADED = "leader_group_degraded", "leader group degraded"
+    FENCING_TOKEN_REUSED = "fencing_token_reused", "fencing token reused"
 
 
 class Severity(models.TextChoices):

@@ -43,7 +43,15 @@ logger = logging.getLogger(__name__)
 
 # Mail about these is held back while the cluster's API is down (a cluster_unhealthy
 # incident with api_down): one mail about the cause, not one per symptom.
-INHIBITED_BY_API_DOWN = frozenset({Rule.NODE_HEARTBEATS_EXPIRED, Rule.NODEGROUP_NOT_READY})
+# A group's slots go unheld when its pods cannot reach the API: the same symptom.
+INHIBITED_BY_API_DOWN = frozenset(
+    {
+        Rule.NODE_HEARTBEATS_EXPIRED,
+        Rule.NODEGROUP_NOT_READY,
+        Rule.LEADER_GROUP_UNSTAFFED,
+        Rule.LEADER_GROUP_DEGRADED,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
-from alerts import lease_rules, nks_node_rules, nks_rules
+from alerts import election_rules, lease_rules, nks_node_rules, nks_rules
 from alerts.conditions import RuleConfig, RuleContext, RuleOutcome
 from alerts.models import AlertRule, Rule, Severity, split_addresses
 
@@ -99,6 +99,32 @@ RULE_SPECS: dict[Rule, RuleSpec] = {
             nks_rules.resize_failed,
             "A nodegroup resize ended failed; open until a later resize of it succeeds.",
             window_help="Seconds a failure stays open at most (default ALERT_RESIZE_FAILED_HOURS).",
+        ),
+        RuleSpec(
+            Rule.LEADER_GROUP_UNSTAFFED,
+            Severity.CRITICAL,
+            election_rules.leader_group_unstaffed,
+            "No slot of a leader-k8s slot group is held: the group has no leader.",
+            grace_help="Seconds it must last (default ALERT_LEASE_GRACE_SECONDS, else one "
+            "leaseDurationSeconds of its slots).",
+        ),
+        RuleSpec(
+            Rule.LEADER_GROUP_DEGRADED,
+            Severity.WARNING,
+            election_rules.leader_group_degraded,
+            "Fewer slots of a leader-k8s group are held than the expected size an admin "
+            "recorded (on the group page or in admin); none held is leader_group_unstaffed.",
+            grace_help="Seconds it must last (default ALERT_LEASE_GRACE_SECONDS, else one "
+            "leaseDurationSeconds of its slots).",
+        ),
+        RuleSpec(
+            Rule.FENCING_TOKEN_REUSED,
+            Severity.CRITICAL,
+            election_rules.fencing_token_reused,
+            "A leader-k8s fencing token came back after another holder: a stale holder wrote, "
+            "fencing is broken.",
+            grace_help="Seconds before it opens (default 0).",
+            window_help="Seconds it stays open after the last reuse (default 86400).",
         ),
         RuleSpec(
             Rule.SOURCE_STALE,

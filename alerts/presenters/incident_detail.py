@@ -30,6 +30,7 @@ class FactRow:
     label: str
     text: str
     at: When | None
+    token: str = ""  # a leader-k8s fencing token, beside the holder's identity
 
 
 @dataclass(slots=True)
@@ -107,7 +108,8 @@ def _fact_rows(details: dict[str, Any], now: datetime) -> list[FactRow]:
             continue
         at = parse_datetime(str(item["at"])) if item.get("at") else None
         label, text = str(item.get("label", "")), str(item.get("text", ""))
-        rows.append(FactRow(label=label, text=text, at=when(at, now)))
+        token = str(item.get("token", ""))
+        rows.append(FactRow(label=label, text=text, at=when(at, now), token=token))
     return rows
 
 

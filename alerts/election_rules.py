@@ -1,0 +1,298 @@
+"""Rules over leader elections: leader-k8s slot groups and fencing tokens.
+
+See `alerts.conditions` for the contract. Like the other lease rules, a cluster whose
+watcher is stale opens nothing and resolves nothing here: its leases look expired by the
+clock while nobody sees the renewals. Holder identities and tokens are whatever a client
+wrote: they go into facts and items (escaped in every body), never into a title, which
+becomes the mail subject.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.urls import reverse
+
+from alerts.conditions import (
+    Condition,
+    RuleContext,
+    RuleOutcome,
+    fact,
+    holder_fact,
+    item_list,
+    seconds_text,
+    time_fact,
+)
+from alerts.lease_rules import kube_clusters
+from alerts.models import Rule
+from dashboard.links import lease_url
+from leases.groups import GroupState, SlotState, leader_groups
+from leases.models import LeaseTransition
+from leases.presenters.groups import group_url, size_text
+
+# How long a fencing_token_reused incident stays open after the last reuse, unless the
+# rule's window says otherwise: long enough to be read in the morning, since the reuse
+# itself is over in a moment and nothing later "clears" it.
+FENCING_WINDOW_DEFAULT = timedelta(hours=24)
+
+
+def _group_grace(ctx: RuleContext, group: GroupState) -> timedelta:
+    """The rule's grace, else ALERT_LEASE_GRACE_SECONDS, else one more leaseDurationSeconds
+    of the group's slots: any candidate could have taken a slot within it, and none did."""
+    fixed = ctx.config.grace_seconds
+    if fixed is None:
+        fixed = settings.ALERT_LEASE_GRACE_SECONDS
+    if fixed is not None:
+        return timedelta(seconds=fixed)
+    durations = [lease.lease_duration_seconds or 0 for lease in group.leases]
+    return timedelta(seconds=max(durations, default=0))
+
+
+def _slot_items(group: GroupState) -> list[str]:
+    items = []
+    for slot in group.slots:
+        if slot.lease is None:
+            items.append(f"slot {slot.index}: never seen")
+            continue
+        text = f"slot {slot.index}: {slot.state.label}"
+        lease = slot.lease
+        if slot.state == SlotState.EXPIRED:
+            who = lease.identity or lease.holder
+            text += f", last held by {who}" + (f" (token {lease.token})" if lease.token else "")
+        elif slot.state == SlotState.HELD:
+            text += f" by {lease.identity or lease.holder}"
+        items.append(text)
+    return items
+
+
+def _group_facts(group: GroupState, grace: timedelta) -> list[dict[str, str]]:
+    return [
+        fact("Group", f"{group.namespace}/{group.name} (leases {group.name}-slot-<n>)"),
+        fact("Slots held", f"{group.held} of {size_text(group)}"),
+        fact("Slots seen", len(group.seen)),
+        fact("Grace before alerting", seconds_text(grace.total_seconds())),
+    ]
+
+
+def _group_key(rule: Rule, group: GroupState) -> str:
+    return f"{rule}:{group.cluster}/{group.namespace}/{group.name}"
+
+
+def _group_notes(
+    ctx: RuleContext, outcome: RuleOutcome, groups: dict[str, GroupState], rule: Rule
+) -> None:
+    names = {cluster.name: cluster for cluster in kube_clusters().values()}
+    for incident in ctx.ending(outcome):
+        group = groups.get(incident.key)
+        cluster = names.get(incident.cluster)
+        if cluster is None:
+            note = "the cluster was removed from the dashboard"
+        elif not cluster.enabled:
+            note = "the cluster was disabled: its leases are no longer watched"
+        elif group is None:
+            note = "the group's slot leases were deleted"
+        elif rule == Rule.LEADER_GROUP_DEGRADED and not group.held:
+            note = "no slot is held any more: see leader_group_unstaffed"
+        elif rule == Rule.LEADER_GROUP_DEGRADED and group.expected is None:
+            note = "the group's expected size was cleared"
+        else:
+            note = f"{group.held} of {size_text(group)} held again"
+        outcome.notes[incident.key] = note
+
+
+def leader_group_unstaffed(ctx: RuleContext) -> RuleOutcome:
+    """No slot of a leader-k8s group held (expired or released) for longer than the grace.
+
+    Since: when the last slot stopped being held (its expiry, or when its release was seen).
+    One incident per group; resolves when any slot is held again or the group is gone.
+    """
+    outcome = RuleOutcome()
+    groups = {
+        _group_key(Rule.LEADER_GROUP_UNSTAFFED, group): group
+        for group in leader_groups(ctx.now, enabled_only=True)
+    }
+    for key, group in groups.items():
+        if group.cluster in ctx.stale_kube_clusters or group.held:
+            continue
+        grace = _group_grace(ctx, group)
+        outcome.add(
+            Condition(
+                key=key,
+                title=f"leader group {group.namespace}/{group.name}: no slot held",
+                cluster=group.cluster,
+                since=group.unstaffed_since(),
+                hold=grace,
+                link=group_url(group.cluster, group.namespace, group.name),
+                details={
+                    "facts": _group_facts(group, grace),
+                    **item_list("Slots", _slot_items(group)),
+                },
+            )
+        )
+    ctx.freeze_clusters(outcome, ctx.stale_kube_clusters)
+    _group_notes(ctx, outcome, groups, Rule.LEADER_GROUP_UNSTAFFED)
+    return outcome
+
+
+def leader_group_degraded(ctx: RuleContext) -> RuleOutcome:
+    """Fewer slots held than the expected size an admin recorded, for longer than the grace.
+
+    Only groups with an expected size (leader-k8s writes maxLeaders on no lease, so without
+    it "fewer than expected" means nothing). With no slot held at all it is
+    leader_group_unstaffed's incident instead: one cause, one incident.
+    """
+    outcome = RuleOutcome()
+    groups = {
+        _group_key(Rule.LEADER_GROUP_DEGRADED, group): group
+        for group in leader_groups(ctx.now, enabled_only=True)
+    }
+    for key, group in groups.items():
+        if group.cluster in ctx.stale_kube_clusters or group.expected is None:
+            continue
+        if not 0 < group.held < group.expected:
+            continue
+        grace = _group_grace(ctx, group)
+        outcome.add(
+            Condition(
+                key=key,
+                title=(
+                    f"leader group {group.namespace}/{group.name}: "
+                    f"{group.held} of {group.expected} slots held"
+                ),
+                cluster=group.cluster,
+                since=group.degraded_since(),
+                hold=grace,
+                link=group_url(group.cluster, group.namespace, group.name),
+                details={
+                    "facts": _group_facts(group, grace),
+                    **item_list("Slots", _slot_items(group)),
+                },
+            )
+        )
+    ctx.freeze_clusters(outcome, ctx.stale_kube_clusters)
+    _group_notes(ctx, outcome, groups, Rule.LEADER_GROUP_DEGRADED)
+    return outcome
+
+
+# --- fencing_token_reused --------------------------------------------------------------------
+
+
+def _latest_before(lease_id: int, holder: str, before: LeaseTransition) -> LeaseTransition | None:
+    """The last change of the lease to `holder` seen before `before`."""
+    if not holder:
+        return None
+    return (
+        LeaseTransition.objects.filter(
+            lease_id=lease_id, to_holder=holder, observed_at__lte=before.observed_at
+        )
+        .exclude(pk=before.pk)
+        .only("observed_at", "acquire_time")
+        .order_by("-observed_at", "-id")
+        .first()
+    )
+
+
+def _taken_at(transition: LeaseTransition | None) -> datetime | None:
+    if transition is None:
+        return None
+    return transition.acquire_time or transition.observed_at
+
+
+def fencing_token_reused(ctx: RuleContext) -> RuleOutcome:
+    """A leader-k8s fencing token held a lease again after another holder did: a stale
+    holder wrote with an old view, so fencing is broken and two nodes may act as leader.
+
+    One incident per lease, opened by the first reuse within ``window_seconds`` (default
+    24 h) and kept open while a reuse happened within it; ``grace_seconds`` delays it
+    (default none). Names both holders, their node ids, and when each held.
+    """
+    now, outcome = ctx.now, RuleOutcome()
+    window = (
+        timedelta(seconds=ctx.config.window_seconds)
+        if ctx.config.window_seconds
+        else FENCING_WINDOW_DEFAULT
+    )
+    grace = timedelta(seconds=ctx.config.grace_seconds or 0)
+    clusters = kube_clusters()
+    reuses: dict[int, list[LeaseTransition]] = defaultdict(list)
+    rows = (
+        LeaseTransition.objects.filter(
+            fencing_reused=True, observed_at__gt=now - window, lease__cluster__enabled=True
+        )
+        .select_related("lease")
+        .only(
+            "lease_id",
+            "from_holder",
+            "to_holder",
+            "from_identity",
+            "to_identity",
+            "observed_at",
+            "acquire_time",
+            "lease__cluster_id",
+            "lease__namespace",
+            "lease__name",
+        )
+        .order_by("lease_id", "observed_at", "id")
+    )
+    for row in rows:
+        reuses[row.lease_id].append(row)
+    window_text = seconds_text(window.total_seconds())
+    for lease_id, seen in reuses.items():
+        lease = seen[-1].lease
+        cluster = clusters[lease.cluster_id].name
+        if cluster in ctx.stale_kube_clusters:
+            continue
+        reuse = seen[-1]
+        earlier = _latest_before(lease_id, reuse.to_holder, reuse)
+        between = _latest_before(lease_id, reuse.from_holder, reuse)
+        where = f"{lease.namespace}/{lease.name}"
+        outcome.add(
+            Condition(
+                key=f"{Rule.FENCING_TOKEN_REUSED}:{cluster}/{where}",
+                title=f"{where}: fencing token reused",
+                cluster=cluster,
+                since=seen[0].observed_at,
+                hold=grace,
+                link=lease_url(reverse("leases:index"), cluster, lease.namespace, lease.name),
+                details={
+                    "facts": [
+                        fact("Lease", where),
+                        holder_fact(
+                            "Reused token's holder (node id)", reuse.to_identity, reuse.to_holder
+                        ),
+                        time_fact("That token first held the lease", _taken_at(earlier)),
+                        holder_fact(
+                            "Holder in between (node id)", reuse.from_identity, reuse.from_holder
+                        ),
+                        time_fact("The holder in between took over", _taken_at(between)),
+                        time_fact("The old token was seen again", reuse.observed_at),
+                        fact("Token reuses in the last " + window_text, len(seen)),
+                        fact(
+                            "Meaning",
+                            "a holder wrote with a stale view after another had taken the "
+                            "lease: fencing is broken, and two nodes may both have acted as "
+                            "leader",
+                        ),
+                    ],
+                    "token": reuse.to_holder,
+                },
+            )
+        )
+    ctx.freeze_clusters(outcome, ctx.stale_kube_clusters)
+    _fencing_notes(ctx, outcome, window_text)
+    return outcome
+
+
+def _fencing_notes(ctx: RuleContext, outcome: RuleOutcome, window_text: str) -> None:
+    names = {cluster.name: cluster for cluster in kube_clusters().values()}
+    for incident in ctx.ending(outcome):
+        cluster = names.get(incident.cluster)
+        if cluster is None:
+            note = "the cluster was removed from the dashboard"
+        elif not cluster.enabled:
+            note = "the cluster was disabled: its leases are no longer watched"
+        else:
+            note = f"no fencing token came back for {window_text}"
+        outcome.notes[incident.key] = note
