@@ -9,9 +9,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 from fakes.kube import kubeconfig_document
 from fakes.kube.demo_nodes import DEMO_NKS_CLUSTER
+from fakes.kube.leader_k8s_demo import LeaderK8sElections
 from fakes.nks.routes import IDENTITY_PREFIX
 from fakes.nks.scenarios import DEFAULT_PASSWORD, DEFAULT_TENANT_ID, DEFAULT_USERNAME
-from leases.models import KubeCluster
+from leases.models import KubeCluster, LeaderGroup
 from leases.services import register_kube_cluster
 from nks.services import register_nks_account
 
@@ -42,10 +43,23 @@ class Command(BaseCommand):
             kubeconfig_document(f"http://127.0.0.1:{port}", token=None, context_name=DEMO_CLUSTER),
             sort_keys=False,
         )
-        _cluster, created = register_kube_cluster(DEMO_CLUSTER, kubeconfig=kubeconfig, replace=True)
+        cluster, created = register_kube_cluster(DEMO_CLUSTER, kubeconfig=kubeconfig, replace=True)
         state = "registered" if created else "up to date"
         self.stdout.write(f"Demo Kubernetes cluster {DEMO_CLUSTER!r} {state} (port {port}).")
+        self._record_demo_group_sizes(cluster)
         self._register_demo_nks_account()
+
+    def _record_demo_group_sizes(self, cluster: KubeCluster) -> None:
+        # maxLeaders is written on no lease: an admin records it, as here for the demo's
+        # groups, so that the group pages show held/expected and leader_group_degraded can open.
+        for (namespace, name), size in (
+            (LeaderK8sElections.GROUP, LeaderK8sElections.GROUP_SIZE),
+            (LeaderK8sElections.DRAINED_GROUP, LeaderK8sElections.DRAINED_GROUP_SIZE),
+        ):
+            # An admin's later change of the size is kept.
+            LeaderGroup.objects.get_or_create(
+                cluster=cluster, namespace=namespace, name=name, defaults={"expected_size": size}
+            )
 
     def _register_demo_nks_account(self) -> None:
         # The fake NKS (Procfile `nks`) with its published demo credentials.
