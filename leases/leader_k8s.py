@@ -102,7 +102,11 @@ def leadership(
         return Leadership(library, holder[:MAX_IDENTITY] if holder else "", "", False, "", None)
     token = holder if is_token(holder) else ""
     identity = ""
-    if holder:
+    if holder and not token:
+        # A foreign writer (client-go, say) keeps the annotations it found: they name the
+        # previous leader-k8s holder, not this one.
+        identity = holder[:MAX_IDENTITY]
+    elif holder:
         node_id = str(annotations.get(NODE_ID_ANNOTATION) or "")[:MAX_IDENTITY]
         audit_id = str(annotations.get(AUDIT_ID_ANNOTATION) or "")[:MAX_IDENTITY]
         # The audit id defaults to the token itself (no leader id given): nothing to add then.
