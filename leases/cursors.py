@@ -3,6 +3,12 @@
 Both come from URLs anyone can edit: a sort is one of a whitelist, and a cursor is checked
 value by value before it reaches a query, so a bad one is a CursorError (a 400, or the first
 page with a banner), never a database error.
+
+Problems first (the Leases page's default) sorts by a rank the query computes from the clock
+(`leases.queries.problem_rank_sql`). Its cursor carries the last row's rank like any other
+sort value, and the next page is judged by its own clock: a lease whose rank changed between
+two pages may be skipped or shown twice, as under the renewed or expires orders, whose values
+also move. Every page, and every refresh of it, is in the order its clock says.
 """
 
 from __future__ import annotations
@@ -23,14 +29,28 @@ from leases.models import Lease
 # that proxies refuse, so such a cursor names the row instead.
 MAX_CURSOR_CHARS = 512
 
-ColumnKind = Literal["str", "int", "datetime"]
+ColumnKind = Literal["str", "int", "datetime", "rank"]
+
+# The problems-first rank's values (leases.queries.Problem): 0 (expired) .. 4 (no problem).
+RANK_VALUES = range(5)
+RANK_FIELD = "problem_rank"
 
 
 @dataclass(frozen=True, slots=True)
 class SortColumn:
+    """One sort value. `bytewise`: compared byte by byte whatever the database's collation
+    (the natural name key: its byte order is the natural order, dashboard/natural.py).
+    A "rank" is computed by the query from the clock, not read from a column: a cursor
+    that names a row ("i.<id>") carries it, since it cannot be read back."""
+
     field: str
     kind: ColumnKind
     nullable: bool = False
+    bytewise: bool = False
+
+    @property
+    def computed(self) -> bool:
+        return self.kind == "rank"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +70,38 @@ class SortKey:
     def all_columns(self) -> tuple[SortColumn, ...]:
         return self.columns if self.unique else (*self.columns, SortColumn("id", "int"))
 
+    @property
+    def computed(self) -> bool:
+        return any(column.computed for column in self.columns)
+
 
 _CLUSTER = SortColumn("cluster_id", "int")
 _NAMESPACE = SortColumn("namespace", "str")
 _NAME = SortColumn("name", "str")
+# Names in natural order (worker-2 before worker-10), then by the name itself: two names can
+# share a key (node-01 and node-1).
+_NATURAL_NAME = (SortColumn("name_key", "str", bytewise=True), _NAME)
+PROBLEMS_SORT = "problems"
 SORT_KEYS: dict[str, SortKey] = {
     key.param: key
     for key in (
+        # Problems first: expired, fencing anomaly, flapping, expiring soon, then the rest,
+        # each by name. Computed from the clock for every matching lease, so no index can
+        # serve it: the statement reads them all (measured in bench/lease_table.py).
+        SortKey(
+            PROBLEMS_SORT,
+            "Problems first",
+            (SortColumn(RANK_FIELD, "rank"), *_NATURAL_NAME, _NAMESPACE, _CLUSTER),
+            unique=True,
+        ),
         # By cluster means cluster, namespace, name: the unique index serves it directly.
+        # Its names stay in the index's order: natural keys in these two orders would make
+        # the database sort every lease of a namespace (0.1 ms became 14 ms on 15,000
+        # leases) until an index on (cluster, namespace, name_key) exists.
         SortKey("cluster", "Cluster", (_CLUSTER, _NAMESPACE, _NAME), unique=True),
         SortKey("namespace", "Namespace", (_NAMESPACE, _NAME, _CLUSTER), unique=True),
-        SortKey("name", "Name", (_NAME, _NAMESPACE, _CLUSTER), unique=True),
+        # Sorting by name has always sorted every row: natural order costs nothing more.
+        SortKey("name", "Name", (*_NATURAL_NAME, _NAMESPACE, _CLUSTER), unique=True),
         SortKey("class", "Class", (SortColumn("lease_class", "str"), _CLUSTER, _NAMESPACE, _NAME)),
         SortKey("holder", "Holder", (SortColumn("holder", "str"),)),
         SortKey("renewed", "Renewed", (SortColumn("renew_time", "datetime", nullable=True),)),
@@ -72,7 +113,10 @@ SORT_KEYS: dict[str, SortKey] = {
         ),
     )
 }
-DEFAULT_SORT = "cluster"
+# A URL without `sort`: the Leases page shows problems first. API_DEFAULT_SORT is the order
+# whose values never change, for readers that walk every lease once.
+DEFAULT_SORT = PROBLEMS_SORT
+API_DEFAULT_SORT = "cluster"
 SORT_CHOICES: list[tuple[str, str]] = [
     choice
     for key in SORT_KEYS.values()
@@ -90,11 +134,23 @@ class Cursor:
     values: tuple[Any, ...]
 
 
-def encode_cursor(values: Sequence[Any], row_id: int) -> str:
+def encode_cursor(values: Sequence[Any], row_id: int, sort: SortKey | None = None) -> str:
+    """A cursor after (or before) a row with these sort values of `sort`'s columns.
+
+    Too long, it names the row instead ("i.<id>"), followed by the values a row cannot give
+    back: those the query computed from the clock ("i.<id>.<rank>").
+    """
     payload = [value.isoformat() if isinstance(value, datetime) else value for value in values]
     token = base64.urlsafe_b64encode(orjson.dumps(payload)).rstrip(b"=").decode()
     if len(token) > MAX_CURSOR_CHARS:
-        return f"i.{row_id}"
+        carried = []
+        if sort is not None:
+            carried = [
+                f".{value}"
+                for column, value in zip(sort.all_columns, values, strict=True)
+                if column.computed
+            ]
+        return f"i.{row_id}{''.join(carried)}"
     return f"v.{token}"
 
 
@@ -108,11 +164,23 @@ def decode_cursor(token: str, sort: SortKey) -> tuple[Any, ...]:
     kind, _, body = token.partition(".")
     columns = sort.all_columns
     if kind == "i":
-        row_id = _cursor_int(SortColumn("id", "int"), _row_id(body))
-        row = Lease.objects.filter(pk=row_id).values_list(*(c.field for c in columns)).first()
+        row_part, *carried = body.split(".")
+        computed = [column for column in columns if column.computed]
+        if len(carried) != len(computed):
+            raise CursorError("the cursor belongs to another sort order")
+        row_id = _cursor_int(SortColumn("id", "int"), _row_id(row_part))
+        kept = iter(
+            [
+                _cursor_value(column, _row_id(text))
+                for column, text in zip(computed, carried, strict=True)
+            ]
+        )
+        stored = [column.field for column in columns if not column.computed]
+        row = Lease.objects.filter(pk=row_id).values_list(*stored).first()
         if row is None:
             raise CursorError("the lease this page started at is gone")
-        return tuple(row)
+        read = iter(row)
+        return tuple(next(kept) if column.computed else next(read) for column in columns)
     if kind != "v":
         raise CursorError("not a page cursor")
     try:
@@ -172,9 +240,13 @@ def _cursor_value(column: SortColumn, value: Any) -> Any:
             return moment.astimezone(UTC)
         except OverflowError as exc:
             raise CursorError(f"{column.field} is out of range") from exc
-    expected = int if column.kind == "int" else str
+    expected = str if column.kind == "str" else int
     if not isinstance(value, expected) or isinstance(value, bool):
         raise CursorError(f"{column.field} has the wrong type")
+    if column.kind == "rank":
+        if value not in RANK_VALUES:
+            raise CursorError(f"{column.field} is out of range")
+        return value
     if column.kind == "int":
         return _cursor_int(column, value)
     # PostgreSQL text cannot hold NUL, and psycopg refuses to send it (DataError): no
@@ -184,26 +256,38 @@ def _cursor_value(column: SortColumn, value: Any) -> Any:
     return value
 
 
+# A sort column as SQL in a statement, with the parameters that SQL holds (a rank computed
+# from the clock has some; a plain column has none).
+ColumnSql = Callable[[SortColumn], tuple[str, Sequence[Any]]]
+
+
+def bytewise(sql: str) -> str:
+    """`sql` compared byte by byte: PostgreSQL's "C" collation (SQLite compares bytes)."""
+    return f'{sql} COLLATE "C"' if connection.vendor == "postgresql" else sql
+
+
 def order_sql(
-    sort: SortKey, descending: bool, backwards: bool, column: Callable[[str], str]
-) -> str:
+    sort: SortKey, descending: bool, backwards: bool, column: ColumnSql
+) -> tuple[str, list[Any]]:
     """ORDER BY terms of `sort`, NULLs last (or, read `backwards` from a cursor, first).
 
-    `column` names a field's column in the statement; the ORM ordering of `queries` and this
+    `column` names a sort column in the statement; the ORM ordering of `queries` and this
     one sort alike (tests walk both).
     """
-    terms = []
+    terms, params = [], []
     for sort_column in sort.all_columns:
         ascending = descending == backwards
-        term = f"{column(sort_column.field)} {'ASC' if ascending else 'DESC'}"
+        sql, column_params = column(sort_column)
+        term = f"{sql} {'ASC' if ascending else 'DESC'}"
         if sort_column.nullable:
             term += " NULLS FIRST" if backwards else " NULLS LAST"
         terms.append(term)
-    return ", ".join(terms)
+        params += column_params
+    return ", ".join(terms), params
 
 
 def keyset_sql(
-    sort: SortKey, descending: bool, cursor: Cursor, column: Callable[[str], str]
+    sort: SortKey, descending: bool, cursor: Cursor, column: ColumnSql
 ) -> tuple[str, list[Any]]:
     """Rows strictly after (or before) the cursor in the sort order, as one SQL condition.
 
@@ -216,20 +300,23 @@ def keyset_sql(
     equal_sql: list[str] = []
     equal_params: list[Any] = []
     for sort_column, value in zip(sort.all_columns, cursor.values, strict=True):
-        name = column(sort_column.field)
+        name, name_params = column(sort_column)
         if value is None:
             if not forward:
                 alternatives.append(" AND ".join([*equal_sql, f"{name} IS NOT NULL"]))
-                params += equal_params
+                params += [*equal_params, *name_params]
             equal_sql.append(f"{name} IS NULL")
+            equal_params += name_params
             continue
         beyond = f"{name} {'<' if descending == forward else '>'} %s"
+        beyond_params = [*name_params, value]
         if forward and sort_column.nullable:
             beyond = f"({beyond} OR {name} IS NULL)"
+            beyond_params += name_params
         alternatives.append(" AND ".join([*equal_sql, beyond]))
-        params += [*equal_params, value]
+        params += [*equal_params, *beyond_params]
         equal_sql.append(f"{name} = %s")
-        equal_params.append(value)
+        equal_params += [*name_params, value]
     if not alternatives:
         return "1 = 0", []
     condition = " OR ".join(f"({alternative})" for alternative in alternatives)
@@ -237,8 +324,7 @@ def keyset_sql(
     # every row before it.
     first, first_value = sort.all_columns[0], cursor.values[0]
     if first_value is not None and not first.nullable:
-        condition = (
-            f"({condition}) AND {column(first.field)} {'>=' if forward != descending else '<='} %s"
-        )
-        params.append(first_value)
+        name, name_params = column(first)
+        condition = f"({condition}) AND {name} {'>=' if forward != descending else '<='} %s"
+        params += [*name_params, first_value]
     return condition, params

@@ -18,7 +18,7 @@ from leases.cursors import (
     CursorError,
     decode_cursor,
 )
-from leases.models import KubeCluster, LeaseClass, LeaseState
+from leases.models import KubeCluster, LeaseClass, LeaseLibrary, LeaseState
 from leases.queries import LeaseFilters
 
 # Strict on purpose: a script that sends `deleted=yes` should hear it was not understood
@@ -33,7 +33,11 @@ def cluster_choices() -> list[tuple[str, str]]:
 
 
 class LeaseFilterForm(forms.Form):
-    """Its selects render themselves (``{{ form.state }}``) with ids ``f-<field>``."""
+    """Its selects render themselves (``{{ form.state }}``) with ids ``f-<field>``.
+
+    `default_sort` is the order of a URL without `sort`: the Leases page's problems first
+    unless the reader asks for another (API_DEFAULT_SORT, whose values never change).
+    """
 
     # Text offered as a select: an unknown cluster matches no lease, it is not an error.
     # A length validator, not max_length, which would also write maxlength= on the <select>.
@@ -47,6 +51,9 @@ class LeaseFilterForm(forms.Form):
         required=False, label="Class", choices=[("", "any class"), *LeaseClass.choices]
     )
     state = forms.ChoiceField(required=False, choices=[("", "any state"), *LeaseState.choices])
+    library = forms.ChoiceField(
+        required=False, choices=[("", "any library"), *LeaseLibrary.choices]
+    )
     q = forms.CharField(required=False, max_length=253)
     flapping = forms.ChoiceField(required=False, choices=YES_NO)
     deleted = forms.ChoiceField(required=False, choices=YES_NO)
@@ -54,9 +61,10 @@ class LeaseFilterForm(forms.Form):
     after = forms.CharField(required=False, max_length=2048)
     before = forms.CharField(required=False, max_length=2048)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, default_sort: str = DEFAULT_SORT, **kwargs: Any) -> None:
         kwargs.setdefault("auto_id", "f-%s")
         super().__init__(*args, **kwargs)
+        self.default_sort = default_sort
         # The URL parameter is `class`, what engineers type; a Python keyword can only be
         # a field name this way.
         self.fields["class"] = self.fields.pop("lease_class")
@@ -68,7 +76,7 @@ class LeaseFilterForm(forms.Form):
             raise forms.ValidationError("Give either `after` or `before`, not both.")
         token = after or before
         if token and "sort" not in self.errors:
-            sort = SORT_KEYS[(cleaned.get("sort") or DEFAULT_SORT).removeprefix("-")]
+            sort = SORT_KEYS[(cleaned.get("sort") or self.default_sort).removeprefix("-")]
             try:
                 values = decode_cursor(token, sort)
             except CursorError as exc:
@@ -85,10 +93,12 @@ class LeaseFilterForm(forms.Form):
             namespace=data.get("namespace") or "",
             lease_class=data.get("class") or "",
             state=data.get("state") or "",
+            library=data.get("library") or "",
             q=(data.get("q") or "").strip(),
             flapping=data.get("flapping") == "true",
             include_deleted=data.get("deleted") == "true",
-            sort=data.get("sort") or DEFAULT_SORT,
+            sort=data.get("sort") or self.default_sort,
+            default_order=self.default_sort,
         )
 
     def cursor(self) -> Cursor | None:

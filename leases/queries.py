@@ -6,7 +6,8 @@ used alone by the Leases table's one statement (`table_page`) and inside ORM que
 
 Nothing here writes or formats. Every function takes `now` from its caller: a lease's state
 is a matter of the clock (`renewTime + leaseDurationSeconds`), and one request must judge
-all its rows by one clock.
+all its rows by one clock. So is its problem rank (`Problem`), the Leases page's default
+order: `problem_rank_sql` in SQL, `problem_of` for one row in Python, side by side here.
 """
 
 from __future__ import annotations
@@ -19,24 +20,90 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.db import connection
-from django.db.models import BooleanField, Count, F, OrderBy, Q
+from django.db.models import (
+    BooleanField,
+    Count,
+    Expression,
+    F,
+    IntegerChoices,
+    IntegerField,
+    OrderBy,
+    Q,
+)
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Collate
+from django.utils import timezone
 
-from dashboard.flapping import FlapPolicy
+from dashboard.flapping import FlapPolicy, flap_policy
 from leases.cursors import (
     DEFAULT_SORT,
+    RANK_FIELD,
     SORT_KEYS,
     Cursor,
+    SortColumn,
     SortKey,
+    bytewise,
     encode_cursor,
     keyset_sql,
     order_sql,
 )
-from leases.flapping import flapping_lease_ids, recent_changes_sql
+from leases.flapping import flapping_ids_sql, flapping_lease_ids, recent_changes_sql
 from leases.models import Lease, LeaseClass, LeaseQuerySet, LeaseState
 
-# Held leases that expire within this are "expiring soon" on the overview.
+# Held leases that expire within this are "expiring soon" on the overview, and on the
+# Leases page whatever their duration.
 EXPIRING_SOON = timedelta(seconds=10)
+# ... and on the Leases page also those with less than a quarter of their duration left: a
+# 40 s node lease after 30 s without renewal, an hour-long API server identity after 45 min.
+EXPIRING_SOON_PARTS = 4
+# A reused fencing token stays a problem this long after it was seen.
+FENCING_ANOMALY_WINDOW = timedelta(hours=24)
+
+
+class Problem(IntegerChoices):
+    """What puts a lease high in the problems-first order; the worst first. A lease has the
+    first that applies. Deleted leases are never problems: they are gone."""
+
+    EXPIRED = 0, "expired"
+    FENCING = 1, "fencing token reused"
+    FLAPPING = 2, "flapping"
+    EXPIRING_SOON = 3, "expiring soon"
+    NONE = 4, "no problem"
+
+
+def fencing_anomaly(fencing_reused_at: datetime | None, now: datetime) -> bool:
+    """A fencing token came back within FENCING_ANOMALY_WINDOW (`problem_rank_sql`'s rule)."""
+    return fencing_reused_at is not None and fencing_reused_at > now - FENCING_ANOMALY_WINDOW
+
+
+def expiring_soon(
+    holder: str, expires_at: datetime | None, duration: int | None, now: datetime
+) -> bool:
+    """Held, and due to expire within EXPIRING_SOON or a quarter of its duration
+    (`problem_rank_sql`'s rule; an expired lease is expired, not expiring)."""
+    if not holder or expires_at is None or expires_at <= now:
+        return False
+    if expires_at <= now + EXPIRING_SOON:
+        return True
+    share = (
+        timedelta(microseconds=duration * (1_000_000 // EXPIRING_SOON_PARTS)) if duration else None
+    )
+    return share is not None and expires_at < now + share
+
+
+def _column_sql(column: SortColumn) -> tuple[str, list[Any]]:
+    """A sort column in a statement whose lease table (or the derived table in its place)
+    has every sort column, the problem rank included."""
+    return _stored_column_sql(column.field, column.bytewise), []
+
+
+@cache
+def _stored_column_sql(field: str, compared_bytewise: bool) -> str:
+    if field == RANK_FIELD:
+        table = connection.ops.quote_name(Lease._meta.db_table)
+        return f"{table}.{connection.ops.quote_name(RANK_FIELD)}"
+    column = lease_column(field)
+    return bytewise(column) if compared_bytewise else column
 
 
 def _order_by(sort: SortKey, descending: bool, backwards: bool) -> list[OrderBy]:
@@ -46,7 +113,9 @@ def _order_by(sort: SortKey, descending: bool, backwards: bool) -> list[OrderBy]
         nulls = {"nulls_first": True} if backwards else {"nulls_last": True}
         options = nulls if column.nullable else {}
         ascending = descending == backwards
-        expression = F(column.field)
+        expression: Expression = F(column.field)
+        if column.bytewise and connection.vendor == "postgresql":
+            expression = Collate(expression, "C")
         order.append(expression.asc(**options) if ascending else expression.desc(**options))
     return order
 
@@ -59,10 +128,14 @@ class LeaseFilters:
     namespace: str = ""
     lease_class: str = ""
     state: str = ""
+    library: str = ""
     q: str = ""
     flapping: bool = False
     include_deleted: bool = False
     sort: str = DEFAULT_SORT
+    # The order a URL without `sort` asks for (the Leases page's; a reader that walks every
+    # lease may want leases.cursors.API_DEFAULT_SORT): left out of the URLs these filters make.
+    default_order: str = DEFAULT_SORT
 
     @property
     def sort_key(self) -> SortKey:
@@ -79,10 +152,11 @@ class LeaseFilters:
             "namespace": self.namespace,
             "class": self.lease_class,
             "state": self.state,
+            "library": self.library,
             "q": self.q,
             "flapping": "true" if self.flapping else "",
             "deleted": "true" if self.include_deleted else "",
-            "sort": "" if self.sort == DEFAULT_SORT else self.sort,
+            "sort": "" if self.sort == self.default_order else self.sort,
         }
         return {key: value for key, value in params.items() if value}
 
@@ -93,7 +167,7 @@ class LeaseFilters:
 
     @property
     def default_sort(self) -> bool:
-        return self.sort == DEFAULT_SORT
+        return self.sort == self.default_order
 
     @property
     def active(self) -> bool:
@@ -102,6 +176,7 @@ class LeaseFilters:
             or self.namespace
             or self.lease_class
             or self.state
+            or self.library
             or self.q
             or self.flapping
             or self.include_deleted
@@ -169,10 +244,16 @@ def filter_sql(
             return None
         conditions.append(state[0])
         params += state[1]
+    if filters.library:
+        conditions.append(f"{lease_column('library')} = %s")
+        params.append(filters.library)
     if filters.q:
+        # The holder as written and in human terms (leader-k8s's node id behind a token).
         pattern = f"%{connection.ops.prep_for_like_query(filters.q)}%"
-        conditions.append(f"({_contains_sql('name')} OR {_contains_sql('holder')})")
-        params += [pattern, pattern]
+        conditions.append(
+            f"({_contains_sql('name')} OR {_contains_sql('holder')} OR {_contains_sql('identity')})"
+        )
+        params += [pattern, pattern, pattern]
     if filters.flapping:
         # Rare and never polled by many: the ORM's subquery keeps one definition of flapping.
         flapping, flapping_params = flapping_lease_ids(now, policy).query.sql_with_params()
@@ -187,12 +268,15 @@ def filter_leases(
     cluster_ids: Mapping[str, int],
     policy: FlapPolicy | None = None,
 ) -> LeaseQuerySet:
-    """The leases matching the filters, unordered, as a QuerySet (see `filter_sql`).
+    """The leases matching the filters, unordered, as a QuerySet (see `filter_sql`); with
+    their problem rank at `now` annotated when the filters sort problems first.
 
     Its conditions name the lease table itself: narrow, join and read it, but do not nest
     it in another query (a subquery's table gets an alias the SQL would not follow).
     """
     leases: LeaseQuerySet = Lease.objects.all()
+    if filters.sort_key.computed:
+        leases = with_problem_rank(leases, now, policy)
     where = filter_sql(filters, now, cluster_ids, policy)
     if where is None:
         return leases.none()
@@ -200,6 +284,48 @@ def filter_leases(
     if not conditions:
         return leases
     return leases.filter(_condition(" AND ".join(conditions), params))
+
+
+def problem_rank_sql(now: datetime, policy: FlapPolicy) -> tuple[str, list[Any]]:
+    """Each lease's `Problem` at `now`, as an SQL expression over the lease table, and its
+    parameters: the first that applies of expired, a fencing token reused within
+    FENCING_ANOMALY_WINDOW, flapping (the policy's, as the filter and the lease_flapping
+    rule judge it), expiring soon (`expiring_soon`); otherwise, or deleted, none."""
+    column, adapt = lease_column, connection.ops.adapt_datetimefield_value
+    holder, expires_at = column("holder"), column("expires_at")
+    flapping, flapping_params = flapping_ids_sql(now, policy)
+    share = f"{column('lease_duration_seconds')} * {1_000_000 // EXPIRING_SOON_PARTS}"
+    if connection.vendor == "postgresql":
+        soon_share = f"{expires_at} < %s + {share} * INTERVAL '1 microsecond'"
+    else:
+        # SQLite keeps times as text: Django's own function adds microseconds exactly.
+        soon_share = f"{expires_at} < django_format_dtdelta('+', %s, {share})"
+    sql = (
+        f"CASE WHEN {column('deleted_at')} IS NOT NULL THEN {Problem.NONE:d} "
+        f"WHEN {holder} <> '' AND {expires_at} <= %s THEN {Problem.EXPIRED:d} "
+        f"WHEN {column('fencing_reused_at')} > %s THEN {Problem.FENCING:d} "
+        f"WHEN {column('id')} IN ({flapping}) THEN {Problem.FLAPPING:d} "
+        f"WHEN {holder} <> '' AND ({expires_at} <= %s OR {soon_share}) "
+        f"THEN {Problem.EXPIRING_SOON:d} ELSE {Problem.NONE:d} END"
+    )
+    params = [
+        adapt(now),
+        adapt(now - FENCING_ANOMALY_WINDOW),
+        *flapping_params,
+        adapt(now + EXPIRING_SOON),
+        adapt(now),
+    ]
+    return sql, params
+
+
+def with_problem_rank(
+    leases: LeaseQuerySet, now: datetime, policy: FlapPolicy | None = None
+) -> LeaseQuerySet:
+    """`leases` with their `Problem` at `now` as RANK_FIELD (`problem_rank_sql`)."""
+    sql, params = problem_rank_sql(now, policy or flap_policy())
+    # Built from column names and placeholders only: every value is a parameter.
+    rank = RawSQL(sql, tuple(params), output_field=IntegerField())  # noqa: S611
+    return leases.annotate(**{RANK_FIELD: rank})
 
 
 def _condition(sql: str, params: Sequence[Any]) -> RawSQL:
@@ -250,19 +376,33 @@ def keyset_page(
     limit: int,
     fields: Sequence[str],
 ) -> KeysetPage:
-    """One page of `leases` in the filters' order, fetching limit + 1 rows and no COUNT."""
+    """One page of `leases` in the filters' order, fetching limit + 1 rows and no COUNT.
+
+    Problems first needs the rank `filter_leases` annotates; other QuerySets are ranked at
+    the present moment.
+    """
     sort, descending = filters.sort_key, filters.descending
+    if sort.computed and RANK_FIELD not in leases.query.annotations:
+        leases = with_problem_rank(leases, timezone.now())
     columns = [column.field for column in sort.all_columns]
     wanted = list(dict.fromkeys([*fields, *columns, "id"]))
     backwards = cursor is not None and cursor.direction == "before"
     if cursor is not None:
-        sql, params = keyset_sql(sort, descending, _adapted(cursor), lease_column)
+        rank = leases.query.annotations.get(RANK_FIELD)
+
+        def column_sql(column: SortColumn) -> tuple[str, list[Any]]:
+            # The ORM cannot name an annotation in a condition: the rank's SQL goes in.
+            if column.computed and isinstance(rank, RawSQL):
+                return f"({rank.sql})", list(rank.params)
+            return _column_sql(column)
+
+        sql, params = keyset_sql(sort, descending, _adapted(cursor), column_sql)
         leases = leases.filter(_condition(sql, params))
     ordered = leases.order_by(*_order_by(sort, descending, backwards))
     rows = list(ordered.values(*wanted)[: limit + 1])
 
     def cursor_of(row: dict[str, Any]) -> str:
-        return encode_cursor([row[name] for name in columns], row["id"])
+        return encode_cursor([row[name] for name in columns], row["id"], sort)
 
     return _page(rows, cursor, limit, cursor_of)
 
@@ -279,7 +419,15 @@ TABLE_COLUMNS = (
     "expires_at",
     "lease_transitions",
     "deleted_at",
+    "lease_duration_seconds",
+    "library",
+    "identity",
+    "token",
+    "foreign_writer",
+    "fencing_reused_at",
 )
+# A table row's length: TABLE_COLUMNS and the holder changes.
+TABLE_ROW_WIDTH = len(TABLE_COLUMNS) + 1
 
 
 def table_page(
@@ -295,35 +443,61 @@ def table_page(
 
     Polled every few seconds by every open browser: one SQL statement with no model
     instances and no ORM compilation, from the same conditions as `filter_leases`.
+
+    Problems first ranks the matching leases in a derived table named like the lease table,
+    so that the keyset condition and the order read the rank as a column, computed once per
+    lease; the other orders read the table itself, their leading columns from its indexes.
     """
     where = filter_sql(filters, now, cluster_ids, policy)
     if where is None:
         return KeysetPage([], None, None)
     conditions, params = where
     sort, descending = filters.sort_key, filters.descending
+    # Sort values a row does not show (the name key, the rank): selected last, for the
+    # cursors, and cut off the rows before they are returned.
+    extra = [column.field for column in sort.all_columns if column.field not in TABLE_COLUMNS]
+    table = connection.ops.quote_name(Lease._meta.db_table)
+    source, source_params = table, []
+    if sort.computed:
+        rank, rank_params = problem_rank_sql(now, policy)
+        stored = [lease_column(name) for name in (*TABLE_COLUMNS, *extra) if name != RANK_FIELD]
+        inner_where = " AND ".join(conditions) or "1 = 1"
+        # Column names and placeholders only: every value is a parameter.
+        source = (
+            f"(SELECT {', '.join(stored)}, {rank} AS {connection.ops.quote_name(RANK_FIELD)} "  # noqa: S608
+            f"FROM {table} WHERE {inner_where}) AS {table}"
+        )
+        source_params = [*rank_params, *params]
+        conditions, params = [], []
     if cursor is not None:
-        sql, cursor_params = keyset_sql(sort, descending, _adapted(cursor), lease_column)
+        sql, cursor_params = keyset_sql(sort, descending, _adapted(cursor), _column_sql)
         conditions.append(f"({sql})")
         params += cursor_params
     changes, changes_params = recent_changes_sql(lease_column("id"), now, policy)
     backwards = cursor is not None and cursor.direction == "before"
-    selected = ", ".join(lease_column(name) for name in TABLE_COLUMNS)
-    table = connection.ops.quote_name(Lease._meta.db_table)
+    selected = ", ".join(_stored_column_sql(name, False) for name in TABLE_COLUMNS)
+    selected_extra = "".join(f", {_stored_column_sql(name, False)}" for name in extra)
     where_sql = " AND ".join(conditions) or "1 = 1"
-    order = order_sql(sort, descending, backwards, lease_column)
+    order, order_params = order_sql(sort, descending, backwards, _column_sql)
     # Column names and placeholders only: every value is a parameter.
     statement = (
-        f"SELECT {selected}, ({changes}) FROM {table} WHERE {where_sql} ORDER BY {order} LIMIT %s"  # noqa: S608
+        f"SELECT {selected}, ({changes}){selected_extra} FROM {source} "  # noqa: S608
+        f"WHERE {where_sql} ORDER BY {order} LIMIT %s"
     )
     with connection.cursor() as db:
-        db.execute(statement, [*changes_params, *params, limit + 1])
+        db.execute(statement, [*changes_params, *source_params, *params, *order_params, limit + 1])
         rows = _converted(db.fetchall())
-    positions = [TABLE_COLUMNS.index(column.field) for column in sort.all_columns]
+    # Positions in a fetched row: TABLE_COLUMNS, the holder changes, then the extra values.
+    fetched = [*TABLE_COLUMNS, "", *extra]
+    positions = [fetched.index(column.field) for column in sort.all_columns]
 
     def cursor_of(row: tuple[Any, ...]) -> str:
-        return encode_cursor([row[index] for index in positions], row[0])
+        return encode_cursor([row[index] for index in positions], row[0], sort)
 
-    return _page(rows, cursor, limit, cursor_of)
+    page = _page(rows, cursor, limit, cursor_of)
+    if extra:
+        page.rows = [row[:TABLE_ROW_WIDTH] for row in page.rows]
+    return page
 
 
 def _converted(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

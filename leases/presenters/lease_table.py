@@ -19,7 +19,7 @@ from dashboard.flapping import FlapPolicy, flap_policy, policy_query
 from dashboard.links import lease_url
 from dashboard.timefmt import format_duration, iso_js, relative_text
 from leases.cursors import SORT_KEYS, Cursor
-from leases.models import LeaseState, lease_state
+from leases.models import LeaseLibrary, LeaseState, lease_state
 from leases.presenters.display import (
     CLASS_LABELS,
     HOLDER_DISPLAY_CHARS,
@@ -35,7 +35,15 @@ from leases.presenters.watchers import (
     clusters_from_rows,
     watched_clusters_sql,
 )
-from leases.queries import LeaseFilters, table_page
+from leases.queries import (
+    EXPIRING_SOON,
+    EXPIRING_SOON_PARTS,
+    FENCING_ANOMALY_WINDOW,
+    LeaseFilters,
+    expiring_soon,
+    fencing_anomaly,
+    table_page,
+)
 
 PAGE_SIZE = 100
 # Plain text: the template escapes a `str` on a fast path that an enum member misses.
@@ -54,14 +62,23 @@ class LeaseRow(NamedTuple):
     url: str
     name: str
     class_label: str
+    # The holder in human terms (leader-k8s: its node id), shortened; the title has the raw
+    # holderIdentity when it differs or was cut.
     holder: str
     holder_title: str
+    # leader-k8s's fencing token, shown muted beside its identity ("" for other libraries).
+    token: str
+    # A leader-k8s lease whose holder is no token of leader-k8s: written by something else.
+    foreign_writer: bool
     renewed_js: str
     renewed_text: str
     expires_js: str
     expires_text: str
     flaps: int
     flapping: bool
+    # How long ago a fencing token came back ("" unless within FENCING_ANOMALY_WINDOW).
+    fencing_reused: str
+    expiring_soon: bool
     deleted: bool
     transitions: str
 
@@ -86,6 +103,7 @@ class LeaseTable:
     server_now: str
     flap_window: str
     flap_changes: int
+    problems_legend: str
 
 
 # The same few filter combinations are refreshed over and over; their links never change.
@@ -125,13 +143,22 @@ def build_lease_row(
         expires_at,
         transitions,
         deleted_at,
+        duration,
+        library,
+        identity,
+        token,
+        foreign_writer,
+        fencing_reused_at,
         flap_count,
     ) = row
     state = lease_state(holder, expires_at, now)
     flapping = policy.is_flapping(flap_count)
     deleted = deleted_at is not None
+    # The problems of `Problem`, judged as problem_rank_sql judges them (deleted: none).
+    fencing = not deleted and fencing_anomaly(fencing_reused_at, now)
+    soon = not deleted and expiring_soon(holder, expires_at, duration, now)
     # `is`: enum members are singletons, and a hundred rows make the cheaper test count.
-    if state is LeaseState.EXPIRED:
+    if state is LeaseState.EXPIRED or fencing:
         row_class = "row-bad"
     elif flapping:
         row_class = "row-warn"
@@ -140,7 +167,7 @@ def build_lease_row(
     else:
         row_class = ""
     cluster = cluster_names.get(cluster_id, "?")
-    truncated = len(holder) > HOLDER_DISPLAY_CHARS
+    shown, title, token_shown = _holder_cells(library, holder, identity, token, foreign_writer)
     return LeaseRow(
         row_class,
         STATE_TEXT[state],
@@ -150,8 +177,10 @@ def build_lease_row(
         lease_url(prefix, cluster, namespace, name),
         name,
         CLASS_LABELS.get(lease_class, lease_class),
-        shorten(holder, HOLDER_DISPLAY_CHARS) if truncated else holder,
-        shorten(holder, HOLDER_TITLE_CHARS) if truncated else "",
+        shown,
+        title,
+        token_shown,
+        foreign_writer,
         iso_js(renew_time) if renew_time else "",
         relative_text((now - renew_time).total_seconds()) if renew_time else "never",
         # Countdowns only tick for held leases: a released lease's expiry means nothing.
@@ -159,9 +188,32 @@ def build_lease_row(
         expiry_text(state, expires_at, now),
         flap_count,
         flapping,
+        relative_text((now - fencing_reused_at).total_seconds()) if fencing else "",
+        soon,
         deleted,
         "" if transitions is None else str(transitions),
     )
+
+
+def _holder_cells(
+    library: str, holder: str, identity: str, token: str, foreign_writer: bool
+) -> tuple[str, str, str]:
+    """The holder cell's text, its title and the token beside it.
+
+    A leader-k8s holder is a fresh random token at every acquisition: the cell names the
+    node behind it (its identity), the token muted beside it, the raw holder in the title.
+    A foreign writer's holder is shown as written: the annotations that would name a node
+    were written by leader-k8s, not by whoever holds the lease now.
+    """
+    if library == LeaseLibrary.LEADER_K8S and token and not foreign_writer and identity != token:
+        return (
+            shorten(identity, HOLDER_DISPLAY_CHARS),
+            shorten(holder, HOLDER_TITLE_CHARS),
+            token,
+        )
+    if len(holder) > HOLDER_DISPLAY_CHARS:
+        return shorten(holder, HOLDER_DISPLAY_CHARS), shorten(holder, HOLDER_TITLE_CHARS), ""
+    return holder, "", ""
 
 
 def _clusters_and_policy(now: datetime) -> tuple[list[ClusterStatus], FlapPolicy]:
@@ -236,4 +288,15 @@ def lease_table(
         server_now=iso_js(now),
         flap_window=format_duration(policy.window.total_seconds()),
         flap_changes=policy.changes,
+        problems_legend=PROBLEMS_LEGEND,
     )
+
+
+# What problems first means, in the words of `Problem` and its thresholds.
+PROBLEMS_LEGEND = (
+    f"expired, then a fencing token reused in the last "
+    f"{format_duration(FENCING_ANOMALY_WINDOW.total_seconds())}, flapping, expiring soon "
+    f"(within {format_duration(EXPIRING_SOON.total_seconds())} or the last "
+    f"1/{EXPIRING_SOON_PARTS} of its duration), then the rest; by name within each. "
+    "Deleted leases are never problems"
+)
