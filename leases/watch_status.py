@@ -19,6 +19,7 @@ from django.db.models import Case, DateTimeField, F, Value, When
 from django.utils import timezone
 
 from leases.models import KubeCluster, ResourceWatchState
+from leases.watch_coverage import Coverage
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,8 @@ def _compile_flush_status(shape: tuple[tuple[str, bool], ...]) -> tuple[str, lis
 
 
 class LeaseStatus:
-    """The Lease watch on the row's original fields."""
+    """The Lease watch on the row's original fields, and the stretches it was live
+    (WatchCoverage rows, leases/watch_coverage.py)."""
 
     def __init__(self, cluster_id: int, owner: str) -> None:
         self.cluster_id = cluster_id
@@ -121,6 +123,7 @@ class LeaseStatus:
         self._rate_at = time.monotonic()
         # Worst event-to-commit delay seen by this watcher (the row keeps the last flush's).
         self.max_lag_seconds = 0.0
+        self.coverage = Coverage(cluster_id)
 
     def listed(self) -> None:
         # Not swallowed: a database gone away here is the reader's to report and retry.
@@ -129,6 +132,7 @@ class LeaseStatus:
             {"relists_total": F("relists_total") + 1, "last_list_at": timezone.now()},
             swallow=False,
         )
+        self.coverage.connected()
 
     def watching(self, *, reconnected: bool) -> None:
         update_cluster(
@@ -142,15 +146,19 @@ class LeaseStatus:
             },
             swallow=False,
         )
+        self.coverage.connected()
 
     def failed(self, message: str, *, kind: str, disconnected: bool = True) -> None:
         updates: dict[str, Any] = {"last_error": message[:2000], "last_error_at": timezone.now()}
         if disconnected:
             updates["connected"] = False
+            self.coverage.lost()
         update_cluster(self.cluster_id, updates)
 
     def flushed(self, result: Any, committed_version: str, watching: bool) -> dict[str, Any]:
         now = time.monotonic()
+        # The one write of its own a flush makes: the live stretch reaches this moment.
+        self.coverage.seen()
         self._events_since_rate += result.events
         updates: dict[str, Any] = {"events_total": Added(result.events)}
         wrote = result.leases_written or result.deletions_written or result.transitions_written
@@ -177,6 +185,7 @@ class LeaseStatus:
         return int(result.objects_cleaned + result.leases_skipped)
 
     def stopped(self) -> None:
+        self.coverage.stopped()
         # Only while the row is still ours: a successor may have taken the cluster over.
         try:
             KubeCluster.objects.filter(pk=self.cluster_id, watcher_id=self.owner).update(
