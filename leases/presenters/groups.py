@@ -51,7 +51,8 @@ def size_text(group: GroupState) -> str:
     """What is known of the group's size: recorded by an admin, or proven by the slots seen."""
     if group.expected is not None:
         return f"{group.expected} expected"
-    return f"≥ {group.least_size} slots (highest slot seen)"
+    size = group.least_size
+    return f"≥ {size} slot{'s' if size != 1 else ''} (highest slot seen)"
 
 
 def group_url(cluster: str, namespace: str, name: str) -> str:

@@ -12,7 +12,9 @@ from urllib.parse import urlencode
 from dashboard.flapping import flap_policy
 from dashboard.links import lease_url
 from dashboard.timefmt import When, format_duration, iso_js, when
+from leases.availability import ELECTION_CLASSES, availability_for_leases, recent_gaps
 from leases.flapping import most_flapping
+from leases.groups import GroupStatus, leader_groups
 from leases.models import (
     Lease,
     LeaseClass,
@@ -26,6 +28,7 @@ from leases.presenters.display import (
     leases_prefix,
     shorten,
 )
+from leases.presenters.groups import group_url, size_text
 from leases.presenters.watchers import ClusterStatus, cluster_statuses
 from leases.queries import (
     EXPIRING_SOON,
@@ -35,6 +38,8 @@ from leases.queries import (
 
 OVERVIEW_LIST_LIMIT = 10
 OVERVIEW_FLAPPING_LIMIT = 50
+# The Elections card lists this many of each: what needs a look first, not a report.
+ELECTIONS_LIMIT = 5
 
 
 @dataclass(slots=True)
@@ -74,12 +79,133 @@ class ClusterOverview:
 
 
 @dataclass(slots=True)
+class GroupLink:
+    url: str
+    cluster: str
+    namespace: str
+    name: str
+    status: GroupStatus
+    held: int
+    size: str
+
+
+@dataclass(slots=True)
+class AvailabilityLink:
+    url: str
+    cluster: str
+    namespace: str
+    name: str
+    ratio: float
+    percent: str
+    gaps: int
+    longest_gap: str
+
+
+@dataclass(slots=True)
+class GapRow:
+    url: str
+    cluster: str
+    namespace: str
+    name: str
+    started: When
+    ended: When | None  # None: still leaderless
+    length: str  # its observed part
+
+
+@dataclass(slots=True)
+class ElectionsOverview:
+    """Leader elections at a glance: groups short of slots, the leases that were leaderless
+    longest in the last 24 h, and the newest leaderless gaps."""
+
+    groups: int
+    understaffed: list[GroupLink]
+    understaffed_total: int
+    lowest: list[AvailabilityLink]
+    gaps: list[GapRow]
+
+
+def elections_overview(now: datetime, cluster_names: Mapping[int, str]) -> ElectionsOverview:
+    """A fixed number of queries, however many groups, leases and gaps there are."""
+    groups = leader_groups(now, enabled_only=True)
+    short = [group for group in groups if group.status != GroupStatus.STAFFED]
+    # Unstaffed (no leader at all) before degraded.
+    short.sort(key=lambda group: (group.status != GroupStatus.UNSTAFFED, group.sort_key()))
+    understaffed = [
+        GroupLink(
+            url=group_url(group.cluster, group.namespace, group.name),
+            cluster=group.cluster,
+            namespace=group.namespace,
+            name=group.name,
+            status=group.status,
+            held=group.held,
+            size=size_text(group),
+        )
+        for group in short[:ELECTIONS_LIMIT]
+    ]
+    prefix = leases_prefix()
+    leases = list(
+        Lease.objects.live()
+        .filter(lease_class__in=ELECTION_CLASSES, cluster_id__in=list(cluster_names))
+        .only("id", "cluster_id", "namespace", "name", "created_at", "deleted_at", "expires_at")
+    )
+    figures = availability_for_leases(leases, now, "24h")
+    # Leases with a leaderless stretch only: a full 100 % is no news.
+    scored: list[tuple[float, Lease]] = []
+    for lease in leases:
+        ratio = figures[lease.pk].ratio if lease.pk in figures else None
+        # Never observed, or held all the observed time: no news.
+        if ratio is not None and ratio < 1.0:
+            scored.append((ratio, lease))
+    scored.sort(key=lambda pair: (pair[0], pair[1].pk))
+    lowest = []
+    for ratio, lease in scored[:ELECTIONS_LIMIT]:
+        cluster = cluster_names[lease.cluster_id]
+        found = figures[lease.pk]
+        lowest.append(
+            AvailabilityLink(
+                url=lease_url(prefix, cluster, lease.namespace, lease.name),
+                cluster=cluster,
+                namespace=lease.namespace,
+                name=lease.name,
+                ratio=ratio,
+                percent=f"{ratio * 100:.2f} %",
+                gaps=found.gaps,
+                longest_gap=format_duration(found.longest_gap_seconds),
+            )
+        )
+    gaps = []
+    for gap in recent_gaps(now, limit=ELECTIONS_LIMIT):
+        started = when(gap.started_at, now)
+        assert started is not None
+        cluster = gap.lease.cluster.name
+        gaps.append(
+            GapRow(
+                url=lease_url(prefix, cluster, gap.lease.namespace, gap.lease.name),
+                cluster=cluster,
+                namespace=gap.lease.namespace,
+                name=gap.lease.name,
+                started=started,
+                ended=when(gap.ended_at, now),
+                length=format_duration(gap.seconds),
+            )
+        )
+    return ElectionsOverview(
+        groups=len(groups),
+        understaffed=understaffed,
+        understaffed_total=len(short),
+        lowest=lowest,
+        gaps=gaps,
+    )
+
+
+@dataclass(slots=True)
 class LeasesOverview:
     clusters: list[ClusterOverview]
     problems: list[ClusterStatus]
     server_now: str
     flap_window: str
     flap_changes: int
+    elections: ElectionsOverview
     expiring_within: str = format_duration(EXPIRING_SOON.total_seconds())
 
 
@@ -229,4 +355,7 @@ def leases_overview(now: datetime) -> LeasesOverview:
         server_now=iso_js(now),
         flap_window=window,
         flap_changes=policy.changes,
+        elections=elections_overview(
+            now, {status.id: status.name for status in statuses if status.enabled}
+        ),
     )
