@@ -2,7 +2,8 @@
 
 `table_page` (the table) and `filter_leases` + `keyset_page` (the JSON API) share the filter
 conditions and the keyset condition; these tests walk both, page by page and both ways,
-through every sort order with ties, NULLs, every state, deleted and flapping leases.
+through every sort order with ties, NULLs, every state, deleted and flapping leases, and
+the problems-first order's ranks (a reused fencing token, expiring soon) and natural names.
 """
 
 from __future__ import annotations
@@ -15,9 +16,17 @@ import pytest
 import time_machine
 
 from dashboard.flapping import flap_policy
-from leases.cursors import SORT_KEYS, Cursor, decode_cursor
-from leases.models import KubeCluster, Lease
-from leases.queries import LeaseFilters, filter_leases, keyset_page, table_page
+from dashboard.natural import natural_key
+from leases.cursors import RANK_FIELD, SORT_KEYS, Cursor, decode_cursor
+from leases.models import KubeCluster, Lease, LeaseLibrary
+from leases.queries import (
+    LeaseFilters,
+    Problem,
+    filter_leases,
+    keyset_page,
+    table_page,
+    with_problem_rank,
+)
 from tests.leases.factories import NOW, make_cluster, make_lease, make_transition
 
 pytestmark = pytest.mark.django_db
@@ -34,7 +43,12 @@ FILTERS = [
     LeaseFilters(q="LEASE-1"),
     LeaseFilters(q="50%_"),
     LeaseFilters(flapping=True),
+    LeaseFilters(library="leader_k8s"),
+    LeaseFilters(library="plain", state="held", include_deleted=True),
+    LeaseFilters(library="nonsense"),
+    LeaseFilters(q="WORKER-1"),
 ]
+LIBRARIES = list(LeaseLibrary)
 
 
 @pytest.fixture(autouse=True)
@@ -42,9 +56,10 @@ def leases() -> Iterator[None]:
     with time_machine.travel(NOW, tick=False):
         first, second = make_cluster("a-cluster"), make_cluster("b-cluster")
         for index in range(17):
+            name = f"lease-{index % 7}" if index != 16 else "50%_off"
             lease = make_lease(
                 first if index % 2 else second,
-                f"lease-{index % 7}" if index != 16 else "50%_off",
+                name,
                 namespace=f"ns-{index % 3}",
                 holder=["", "x", "y"][index % 3],
                 renewed_ago=float(index % 4) * 10,
@@ -52,9 +67,24 @@ def leases() -> Iterator[None]:
                 renew_time=None if index % 6 == 0 else NOW - timedelta(seconds=index % 4 * 10),
                 lease_transitions=None if index % 4 == 0 else index % 3,
                 deleted_at=NOW if index % 8 == 7 else None,
+                name_key=natural_key(name),
+                library=LIBRARIES[index % 3],
+                identity=f"worker-{index % 4} / audit" if index % 3 == 1 else "",
+                fencing_reused_at=NOW - timedelta(hours=index % 3 * 20) if index % 4 == 1 else None,
             )
             for seconds_ago in range(index % 5):
                 make_transition(lease, "x", "y", seconds_ago=30 + seconds_ago)
+        # Names whose natural order is not their byte order, ranked alike and apart.
+        for index, name in enumerate(["lease-10", "lease-9", "lease-010", "lease-100"]):
+            make_lease(
+                first,
+                name,
+                namespace="ns-0",
+                holder="z",
+                renewed_ago=index * 3,
+                duration=15,
+                name_key=natural_key(name),
+            )
         yield
 
 
@@ -109,3 +139,11 @@ def test_each_row_counts_its_holder_changes_within_the_window() -> None:
 
     assert counts == {lease.pk: lease.transitions.count() for lease in Lease.objects.all()}
     assert sorted(set(counts.values())) == [0, 1, 2, 3, 4]
+
+
+def test_the_fixture_ranks_leases_at_every_level_of_problems_first() -> None:
+    leases = with_problem_rank(filter_leases(LeaseFilters(), NOW, cluster_ids()), NOW)
+
+    ranks = set(leases.values_list(RANK_FIELD, flat=True))
+
+    assert ranks == set(Problem)
