@@ -38,6 +38,7 @@ from nks.models import NksNodegroup, ResizeRequest
 from tests.alerts.factories import make_account, make_incident, make_nks_cluster, make_nodegroup
 from tests.alerts.factories import make_resize as make_resize_request
 from tests.leases.factories import make_cluster, make_lease, make_transition
+from tests.leases.group_factories import make_slot
 from tests.nks.nodes import make_node
 
 pytestmark = pytest.mark.django_db
@@ -198,7 +199,11 @@ def real_arguments(db: None) -> dict[str, dict[str, str]]:
     incident: Incident = make_incident()
     node = make_node(kube, "prod-node-0", instance="3f1c2b7e-9a4d-4e8b-8f00-0123456789ab")
     lease_args = {"cluster": kube.name, "namespace": lease.namespace, "name": lease.name}
+    slot = make_slot(kube, "orders", 0)
+    group_args = {"cluster": kube.name, "namespace": slot.namespace, "name": "orders"}
     return {
+        "leases:group": group_args,
+        "leases:group_expected_size": group_args,
         "leases:detail": lease_args,
         "leases:node": {"cluster": kube.name, "name": node.name},
         "api:lease": lease_args,
