@@ -12,6 +12,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field
 
+from dashboard.natural import natural_key
 from dashboard.timefmt import When, format_duration, when
 from leases.models import KubeCluster, Node, ResourceWatchState
 
@@ -232,8 +233,9 @@ def _cluster_converters() -> tuple[tuple[int, Any, Any], ...]:
 
 def clusters_from_rows(rows: Iterable[Sequence[Any]]) -> list[KubeCluster]:
     """Clusters from rows that begin with `watched_clusters_sql()`'s columns (any after them
-    are ignored), built as the ORM builds them. Not a RawQuerySet: its per-query mapping of
-    columns to fields cost more than the query itself (0.14 ms of 0.22 for one cluster)."""
+    are ignored), built as the ORM builds them, in natural name order (prod-2 before
+    prod-10). Not a RawQuerySet: its per-query mapping of columns to fields cost more than
+    the query itself (0.14 ms of 0.22 for one cluster)."""
     fields = _cluster_fields()
     attnames = [field.attname for field in fields]
     converters = _cluster_converters()
@@ -243,6 +245,8 @@ def clusters_from_rows(rows: Iterable[Sequence[Any]]) -> list[KubeCluster]:
         for index, converter, column in converters:
             values[index] = converter(values[index], column, connection)
         clusters.append(KubeCluster.from_db(connection.alias, attnames, values))
+    # The statements order by name for a stable start; a handful of names, sorted here.
+    clusters.sort(key=lambda cluster: natural_key(cluster.name))
     return clusters
 
 

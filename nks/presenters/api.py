@@ -7,6 +7,7 @@ from typing import Any
 
 from django.urls import reverse
 
+from dashboard.natural import natural_key
 from dashboard.timefmt import api_time
 from nks import queries
 from nks.models import NksCluster, NksNodegroup, ResizeRequest
@@ -46,7 +47,7 @@ def _api_cluster(cluster: NksCluster, now: datetime) -> dict[str, Any]:
         "last_error": cluster.last_error or None,
         "nodegroups": [
             _api_nodegroup(group)
-            for group in sorted(cluster.nodegroups.all(), key=lambda group: group.name)
+            for group in sorted(cluster.nodegroups.all(), key=lambda group: natural_key(group.name))
         ],
     }
 

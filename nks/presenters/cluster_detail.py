@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from dashboard.natural import natural_key
 from dashboard.timefmt import iso_js, iso_utc
 from nks import queries
 from nks.models import NksCluster
@@ -72,7 +73,8 @@ def cluster_detail(uuid: str, now: datetime) -> ClusterDetail | None:
     if cluster is None:
         return None
     groups = sorted(
-        cluster.nodegroups.all(), key=lambda group: (group.gone_at is not None, group.name)
+        cluster.nodegroups.all(),
+        key=lambda group: (group.gone_at is not None, natural_key(group.name)),
     )
     row = cluster_row(cluster, now)
     return ClusterDetail(

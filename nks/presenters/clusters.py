@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.urls import reverse
 
+from dashboard.natural import natural_key
 from dashboard.timefmt import When, format_duration, iso_js, when
 from nks import queries
 from nks.enums import Freshness, OperationPhase
@@ -101,7 +102,7 @@ def cluster_row(cluster: NksCluster, now: datetime) -> ClusterRow:
             gone,
             HEALTH_RANK[effective],
             0 if phase == OperationPhase.FAILED else 1,
-            cluster.name.lower(),
+            natural_key(cluster.name.lower()),
         ),
     )
 

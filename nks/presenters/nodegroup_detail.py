@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from dashboard.natural import natural_key
 from dashboard.timefmt import When, iso_js, when
 from leases.models import ConditionStatus, LeaseState
 from nks import queries
@@ -42,6 +43,7 @@ class NodeRow:
 
 
 def node_rows(lines: list[NodeLine], now: datetime) -> list[NodeRow]:
+    """The nodes in natural name order (worker-2 before worker-10)."""
     return [
         NodeRow(
             name=line.name,
@@ -58,7 +60,7 @@ def node_rows(lines: list[NodeLine], now: datetime) -> list[NodeRow]:
             instance_problem=line.instance.problem,
             cordoned=line.cordoned,
         )
-        for line in lines
+        for line in sorted(lines, key=lambda line: natural_key(line.name))
     ]
 
 

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from django.urls import reverse
 
 from dashboard.links import lease_url
+from dashboard.natural import natural_key
 from dashboard.timefmt import When, format_duration, when
 from leases.models import KubeCluster, LeaseClass, LeaseState, lease_state
 from nks.enums import EventState, Freshness, OperationPhase
@@ -192,7 +193,8 @@ def node_leases(
     return LeasesPanel(
         kube_cluster=kube_cluster,
         watcher_stale=kube_cluster.is_stale(now),
-        rows=rows,
+        # Node names in natural order: worker-2 before worker-10.
+        rows=sorted(rows, key=lambda row: natural_key(row.name)),
         held=held,
         expired=expired,
         list_url=f"{prefix}?"
