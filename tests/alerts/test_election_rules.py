@@ -14,7 +14,7 @@ from leases.models import KubeCluster, LeaderGroup, Lease, LeaseTransition
 from tests.alerts.conftest import Clock, evaluate
 from tests.alerts.factories import API_DOWN, make_account, make_nks_cluster, poll
 from tests.leases.factories import NOW, make_cluster
-from tests.leases.group_factories import make_slot, token
+from tests.leases.group_factories import make_leader_k8s_lease, make_slot, token
 
 pytestmark = pytest.mark.django_db
 
@@ -84,8 +84,6 @@ def test_a_released_group_is_unstaffed_since_its_release_was_seen(clock: Clock) 
 
 
 def test_lease_of_another_library_named_like_a_slot_opens_nothing(clock: Clock) -> None:
-    from tests.leases.group_factories import make_leader_k8s_lease
-
     cluster = make_cluster()
     make_leader_k8s_lease(cluster, "orders-slot-0", holder="pod-1", managed=False, renewed_ago=60)
     clock.advance(60)

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from leases.groups import GroupStatus, SlotState, leader_group, leader_groups
 from leases.models import LeaderGroup
-from leases.presenters.groups import group_url, slot_ranges
+from leases.presenters.groups import group_detail, group_url, groups_page, slot_ranges
 from tests.leases.factories import NOW, make_cluster
 from tests.leases.group_factories import make_leader_k8s_lease, make_slot, token
 
@@ -230,3 +230,19 @@ def test_only_staff_record_the_expected_size(engineer_client: Client, engineer) 
     assert LeaderGroup.objects.get(cluster=cluster, name="orders").expected_size == 3
     engineer_client.post(url, {"expected_size": ""})
     assert LeaderGroup.objects.get(cluster=cluster, name="orders").expected_size is None
+
+
+def test_group_pages_read_a_fixed_number_of_queries(engineer_client: Client) -> None:
+    cluster = make_cluster()
+    make_slot(cluster, "orders", 0)
+    with CaptureQueriesContext(connection) as one:
+        group_detail("prod", "apps", "orders", NOW)
+        groups_page(NOW)
+    for index in range(1, 12):
+        make_slot(cluster, "orders", index, holder="" if index % 3 else token(index))
+        make_slot(cluster, f"group-{index}", 0)
+    with CaptureQueriesContext(connection) as many:
+        detail = group_detail("prod", "apps", "orders", NOW)
+        groups_page(NOW)
+    assert detail is not None and len(detail.slots) == 12
+    assert len(many) == len(one)
