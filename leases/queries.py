@@ -443,49 +443,43 @@ def table_page(
 
     Polled every few seconds by every open browser: one SQL statement with no model
     instances and no ORM compilation, from the same conditions as `filter_leases`.
-
-    Problems first ranks the matching leases in a derived table named like the lease table,
-    so that the keyset condition and the order read the rank as a column, computed once per
-    lease; the other orders read the table itself, their leading columns from its indexes.
     """
     where = filter_sql(filters, now, cluster_ids, policy)
     if where is None:
         return KeysetPage([], None, None)
     conditions, params = where
     sort, descending = filters.sort_key, filters.descending
+    backwards = cursor is not None and cursor.direction == "before"
+    keyset: tuple[str, list[Any]] | None = None
+    if cursor is not None:
+        keyset = keyset_sql(sort, descending, _adapted(cursor), _column_sql)
+    changes, changes_params = recent_changes_sql(lease_column("id"), now, policy)
+    selected = ", ".join(lease_column(name) for name in TABLE_COLUMNS)
     # Sort values a row does not show (the name key, the rank): selected last, for the
     # cursors, and cut off the rows before they are returned.
     extra = [column.field for column in sort.all_columns if column.field not in TABLE_COLUMNS]
-    table = connection.ops.quote_name(Lease._meta.db_table)
-    source, source_params = table, []
     if sort.computed:
-        rank, rank_params = problem_rank_sql(now, policy)
-        stored = [lease_column(name) for name in (*TABLE_COLUMNS, *extra) if name != RANK_FIELD]
-        inner_where = " AND ".join(conditions) or "1 = 1"
-        # Column names and placeholders only: every value is a parameter.
-        source = (
-            f"(SELECT {', '.join(stored)}, {rank} AS {connection.ops.quote_name(RANK_FIELD)} "  # noqa: S608
-            f"FROM {table} WHERE {inner_where}) AS {table}"
+        statement, statement_params = _ranked_statement(
+            sort, descending, backwards, keyset, conditions, params, now, policy, limit
         )
-        source_params = [*rank_params, *params]
-        conditions, params = [], []
-    if cursor is not None:
-        sql, cursor_params = keyset_sql(sort, descending, _adapted(cursor), _column_sql)
-        conditions.append(f"({sql})")
-        params += cursor_params
-    changes, changes_params = recent_changes_sql(lease_column("id"), now, policy)
-    backwards = cursor is not None and cursor.direction == "before"
-    selected = ", ".join(_stored_column_sql(name, False) for name in TABLE_COLUMNS)
-    selected_extra = "".join(f", {_stored_column_sql(name, False)}" for name in extra)
-    where_sql = " AND ".join(conditions) or "1 = 1"
-    order, order_params = order_sql(sort, descending, backwards, _column_sql)
-    # Column names and placeholders only: every value is a parameter.
-    statement = (
-        f"SELECT {selected}, ({changes}){selected_extra} FROM {source} "  # noqa: S608
-        f"WHERE {where_sql} ORDER BY {order} LIMIT %s"
-    )
+        selected_extra = "".join(f", {_page_column(name)}" for name in extra)
+        statement = f"SELECT {selected}, ({changes}){selected_extra} {statement}"
+    else:
+        if keyset is not None:
+            conditions.append(f"({keyset[0]})")
+            params += keyset[1]
+        table = connection.ops.quote_name(Lease._meta.db_table)
+        selected_extra = "".join(f", {lease_column(name)}" for name in extra)
+        where_sql = " AND ".join(conditions) or "1 = 1"
+        order, order_params = order_sql(sort, descending, backwards, _column_sql)
+        # Column names and placeholders only: every value is a parameter.
+        statement = (
+            f"SELECT {selected}, ({changes}){selected_extra} FROM {table} "  # noqa: S608
+            f"WHERE {where_sql} ORDER BY {order} LIMIT %s"
+        )
+        statement_params = [*params, *order_params, limit + 1]
     with connection.cursor() as db:
-        db.execute(statement, [*changes_params, *source_params, *params, *order_params, limit + 1])
+        db.execute(statement, [*changes_params, *statement_params])
         rows = _converted(db.fetchall())
     # Positions in a fetched row: TABLE_COLUMNS, the holder changes, then the extra values.
     fetched = [*TABLE_COLUMNS, "", *extra]
@@ -498,6 +492,72 @@ def table_page(
     if extra:
         page.rows = [row[:TABLE_ROW_WIDTH] for row in page.rows]
     return page
+
+
+# The Leases table's page of ids in a ranked order, joined back to the lease table.
+_PAGE = "page"
+
+
+@cache
+def _page_column(field: str) -> str:
+    return f"{connection.ops.quote_name(_PAGE)}.{connection.ops.quote_name(field)}"
+
+
+def _ranked_statement(
+    sort: SortKey,
+    descending: bool,
+    backwards: bool,
+    keyset: tuple[str, list[Any]] | None,
+    conditions: list[str],
+    params: list[Any],
+    now: datetime,
+    policy: FlapPolicy,
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """FROM ... ORDER BY of a page in an order computed from the clock, and its parameters.
+
+    Every matching lease is ranked (`problem_rank_sql`) in a derived table named like the
+    lease table, so that the keyset condition and the order read the rank as a column,
+    computed once per lease. Only the ids and sort values are sorted (sorting whole rows
+    cost a quarter more on 15,000 leases); the page's rows are then joined back.
+    """
+    table, quote = connection.ops.quote_name(Lease._meta.db_table), connection.ops.quote_name
+    rank, rank_params = problem_rank_sql(now, policy)
+    keys = [column.field for column in sort.all_columns if not column.computed]
+    narrow = list(dict.fromkeys(["id", *keys]))
+    inner_where = " AND ".join(conditions) or "1 = 1"
+    keyset_where, keyset_params = keyset if keyset is not None else ("1 = 1", [])
+    order, order_params = order_sql(sort, descending, backwards, _column_sql)
+    page_order, page_order_params = order_sql(
+        sort, descending, backwards, lambda column: (_paged(column), [])
+    )
+    # Column names and placeholders only: every value is a parameter.
+    ranked = (
+        f"SELECT {', '.join(lease_column(name) for name in narrow)}, "  # noqa: S608
+        f"{rank} AS {quote(RANK_FIELD)} FROM {table} WHERE {inner_where}"
+    )
+    page = (
+        f"SELECT {', '.join(_stored_column_sql(name, False) for name in narrow)}, "  # noqa: S608
+        f"{_stored_column_sql(RANK_FIELD, False)} FROM ({ranked}) AS {table} "
+        f"WHERE {keyset_where} ORDER BY {order} LIMIT %s"
+    )
+    statement = (
+        f"FROM ({page}) AS {quote(_PAGE)} JOIN {table} ON {lease_column('id')} = "
+        f"{_page_column('id')} ORDER BY {page_order}"
+    )
+    return statement, [
+        *rank_params,
+        *params,
+        *keyset_params,
+        *order_params,
+        limit + 1,
+        *page_order_params,
+    ]
+
+
+def _paged(column: SortColumn) -> str:
+    sql = _page_column(column.field)
+    return bytewise(sql) if column.bytewise else sql
 
 
 def _converted(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
