@@ -49,6 +49,14 @@ def _lease_parts(key: str) -> tuple[str, str]:
     return namespace, name
 
 
+def holder_text(lease: Lease) -> str:
+    """A holder in words for a resolution note: leader-k8s's node id with its fencing token
+    (a new token at every acquisition says nothing alone), else the holderIdentity."""
+    if lease.token and lease.identity and lease.identity != lease.token:
+        return f"{lease.identity} (token {lease.token})"
+    return lease.identity or lease.holder
+
+
 # --- lease_expired ---------------------------------------------------------------------------
 
 
@@ -137,9 +145,9 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
         elif not lease.holder:
             note = "the lease was released (no holder)"
         elif lease.holder == incident.details.get("holder"):
-            note = f"renewed by {lease.holder}"
+            note = f"renewed by {holder_text(lease)}"
         else:
-            note = f"taken over by {lease.holder}"
+            note = f"taken over by {holder_text(lease)}"
         outcome.notes[incident.key] = note
     return outcome
 

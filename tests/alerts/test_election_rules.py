@@ -320,3 +320,20 @@ def test_lease_expired_mail_shows_the_identity_with_the_token_beside_it(
     html = message.alternatives[0][0]
     assert "pod-7" in html
     assert f'font-size: 12px;">{token(7)}</span>' in html
+
+
+def test_a_leader_k8s_lease_taken_over_resolves_naming_the_new_node(clock: Clock) -> None:
+    cluster = make_cluster()
+    lease = make_slot(cluster, "scheduler", 0, seed=7, node_id="pod-7", renewed_ago=60)
+    evaluate(cluster)
+    incident = only(Rule.LEASE_EXPIRED)
+    Lease.objects.filter(pk=lease.pk).update(
+        holder=token(8),
+        token=token(8),
+        identity="pod-8",
+        renew_time=timezone.now(),
+        expires_at=timezone.now() + timedelta(seconds=15),
+    )
+    evaluate(cluster)
+    incident.refresh_from_db()
+    assert incident.resolution == f"taken over by pod-8 (token {token(8)})"
