@@ -14,7 +14,7 @@ def test_engineer_logs_in_and_sees_the_navigation(live_server, page, engineer) -
 
     page.wait_for_url(f"{live_server.url}/leases/")
     navigation = page.locator("nav.nav a")
-    assert navigation.all_inner_texts() == ["Overview", "Leases", "Clusters", "Alerts"]
+    assert navigation.all_inner_texts() == ["Overview", "Leases", "Groups", "Clusters", "Alerts"]
     assert page.locator('nav.nav a[aria-current="page"]').inner_text() == "Leases"
     assert page.evaluate("typeof window.htmx") == "object", "htmx is served from static/"
 

@@ -246,3 +246,16 @@ def test_group_pages_read_a_fixed_number_of_queries(engineer_client: Client) -> 
         groups_page(NOW)
     assert detail is not None and len(detail.slots) == 12
     assert len(many) == len(one)
+
+
+def test_on_the_group_pages_groups_is_the_current_navigation_item(
+    engineer_client: Client,
+) -> None:
+    make_slot(make_cluster(), "orders", 0)
+    for url in ("/leases/groups/", "/leases/clusters/prod/groups/apps/orders/"):
+        text = page(engineer_client, url)
+        assert text.count('aria-current="page"') == 1
+        assert '<a href="/leases/groups/" aria-current="page">Groups</a>' in text
+    text = page(engineer_client, "/leases/")
+    assert '<a href="/leases/" aria-current="page">Leases</a>' in text
+    assert '<a href="/leases/groups/">Groups</a>' in text
