@@ -232,9 +232,8 @@ class LeaseIngestor:
         follow its holder spans when its class has them. Once per lease, not per event."""
         metadata = obj["metadata"]  # lease_state checked it
         annotations = metadata.get("annotations")
-        if len(holder) > MAX_IDENTITY or (
-            type(annotations) is dict and MANAGED_BY_ANNOTATION in annotations
-        ):
+        # Only leader-k8s names its holder apart from holderIdentity (leases/leader_k8s.py).
+        if type(annotations) is dict and MANAGED_BY_ANNOTATION in annotations:
             leads = lease_leadership(obj)
             if leads is not None and leads.identity != holder[:MAX_IDENTITY]:
                 self._identities[key] = leads.identity

@@ -6,6 +6,7 @@ clock frozen where the moment an event is seen matters."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -15,8 +16,10 @@ import pytest
 import time_machine
 from django.db import OperationalError, connection
 
+from fakes.kube import FakeApiServer
 from leases.ingest import LeaseIngestor
 from leases.models import KubeCluster, Lease, LeaseHolderSpan, LeaseTransition
+from tests.leases.test_watcher import RunningWatcher, eventually, register
 
 pytestmark = pytest.mark.django_db
 
@@ -352,3 +355,41 @@ def test_a_failed_flush_retried_writes_each_span_once(cluster: KubeCluster) -> N
     ingestor.flush()
     assert spans() == [("op-a", at(0), at(25)), ("op-b", at(40), None)]
     assert LeaseTransition.objects.count() == 1
+
+
+# --- over real HTTP ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_spans_through_the_watcher_across_deletion_recreation_and_a_restart(
+    apiserver: FakeApiServer,
+) -> None:
+    start = datetime.now(UTC).replace(microsecond=0)
+
+    def spec(holder: str, seconds: int, transitions: int = 0) -> dict[str, Any]:
+        moment = start + timedelta(seconds=seconds)
+        return {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 15,
+            "acquireTime": moment,
+            "renewTime": moment,
+            "leaseTransitions": transitions,
+        }
+
+    apiserver.store.apply_lease("kube-system", "kube-scheduler", spec("master-0", 0))
+    cluster = register(apiserver)
+    with RunningWatcher(cluster):
+        eventually(lambda: spans("kube-scheduler") == [("master-0", start, None)])
+        apiserver.store.delete_lease("kube-system", "kube-scheduler")
+        eventually(lambda: spans("kube-scheduler")[0][2] is not None)
+        apiserver.store.apply_lease("kube-system", "kube-scheduler", spec("master-1", 40))
+        eventually(lambda: len(spans("kube-scheduler")) == 2)
+    with RunningWatcher(cluster):  # a new watcher continues the open span
+        apiserver.store.apply_lease("kube-system", "kube-scheduler", spec("master-2", 50, 1))
+        eventually(lambda: len(spans("kube-scheduler")) == 3)
+        time.sleep(0.3)
+    (first, second, third) = spans("kube-scheduler")
+    # Deleted while its holder was valid: closed when the deletion was seen.
+    assert first[0] == "master-0" and start < first[2] <= start + timedelta(seconds=15)
+    assert second == ("master-1", start + timedelta(seconds=40), start + timedelta(seconds=50))
+    assert third == ("master-2", start + timedelta(seconds=50), None)

@@ -321,3 +321,16 @@ def test_a_leader_k8s_election_over_http_is_understood(
         ("pod-1", start + timedelta(seconds=5), start + timedelta(seconds=8)),
         ("pod-0", start + timedelta(seconds=30), None),
     ]
+
+
+@pytest.mark.django_db
+def test_a_change_in_the_first_batch_of_a_new_lease_knows_the_first_identity(
+    cluster: KubeCluster,
+) -> None:
+    stored(
+        annotated(TOKEN_A, leader_k8s("pod-0")),
+        annotated(TOKEN_B, leader_k8s("pod-1"), transitions=1),
+        cluster=cluster,
+    )
+    transition = LeaseTransition.objects.get()
+    assert (transition.from_identity, transition.to_identity) == ("pod-0", "pod-1")
