@@ -64,6 +64,8 @@ class Tenure:
 
     holder: str
     expires_at: datetime | None
+    # When the last holder released the lease (holder ""), as far as known.
+    released_at: datetime | None = None
 
     def renewed(self, key: Key, spec: dict[str, Any], identity: str) -> SpanMove | None:
         """A renewal (the holder unchanged); a move when it came after the last expiry."""
@@ -80,12 +82,26 @@ class Tenure:
         renew_time, expires_at = _times(spec)
         started_at: datetime | None = None
         if holder:
-            started_at = close_at = parse_time(spec.get("acquireTime")) or renew_time or seen
+            acquired = parse_time(spec.get("acquireTime"))
+            if (
+                acquired is not None
+                and self.released_at is not None
+                and acquired < self.released_at
+            ):
+                # leader-k8s keeps the old acquireTime when it takes a released lease (it
+                # only stamps a new one over another holder): the write's renewTime is when
+                # this tenure began, or the gap after the release would vanish.
+                acquired = None
+            started_at = close_at = acquired or renew_time or seen
         else:
             # leader-k8s and client-go stamp a release with renewTime = now.
             close_at = renew_time or seen
         if self.expires_at is not None:
             close_at = min(close_at, self.expires_at)
+        if not holder:
+            self.released_at = close_at
+        elif self.holder:
+            self.released_at = None
         self.holder, self.expires_at = holder, expires_at
         return SpanMove(key, close_at, holder, identity, started_at)
 
@@ -115,10 +131,11 @@ def load_tenures(cluster_id: int) -> dict[Key, Tenure]:
     """The followed leases of a cluster as stored: a new ingestor continues from them."""
     rows = Lease.objects.filter(
         cluster_id=cluster_id, deleted_at__isnull=True, lease_class__in=FOLLOWED_CLASSES
-    ).values_list("namespace", "name", "holder", "expires_at")
+    ).values_list("namespace", "name", "holder", "expires_at", "renew_time")
     return {
-        (namespace, name): Tenure(holder, expires_at)
-        for namespace, name, holder, expires_at in rows.iterator(chunk_size=2000)
+        # A released lease's last write (the release) stamped renewTime.
+        (namespace, name): Tenure(holder, expires_at, None if holder else renew_time)
+        for namespace, name, holder, expires_at, renew_time in rows.iterator(chunk_size=2000)
     }
 
 

@@ -393,3 +393,31 @@ def test_spans_through_the_watcher_across_deletion_recreation_and_a_restart(
     assert first[0] == "master-0" and start < first[2] <= start + timedelta(seconds=15)
     assert second == ("master-1", start + timedelta(seconds=40), start + timedelta(seconds=50))
     assert third == ("master-2", start + timedelta(seconds=50), None)
+
+
+def test_an_acquisition_after_a_release_that_keeps_the_old_acquire_time_starts_at_its_write(
+    cluster: KubeCluster,
+) -> None:
+    """leader-k8s stamps a new acquireTime only over another holder: taking a released lease
+    keeps the old one, so the new tenure starts at the write's renewTime, and the leaderless
+    stretch after the release stays a gap."""
+    ingestor = LeaseIngestor(cluster.id)
+    ingestor.observe(lease("b4k-a", 10, acquire=0))
+    ingestor.flush()
+    ingestor.observe(lease(None, 12, acquire=0))
+    ingestor.flush()
+    ingestor.observe(lease("b4k-b", 40, acquire=0))  # acquireTime from before the release
+    ingestor.flush()
+    assert spans() == [("b4k-a", at(0), at(12)), ("b4k-b", at(40), None)]
+
+
+def test_a_restarted_ingestor_knows_the_release_from_the_stored_row(cluster: KubeCluster) -> None:
+    ingestor = LeaseIngestor(cluster.id)
+    ingestor.observe(lease("b4k-a", 10, acquire=0))
+    ingestor.flush()
+    ingestor.observe(lease(None, 12, acquire=0))
+    ingestor.flush()
+    restarted = LeaseIngestor(cluster.id)
+    restarted.observe(lease("b4k-b", 40, acquire=0, version=3))
+    restarted.flush()
+    assert spans() == [("b4k-a", at(0), at(12)), ("b4k-b", at(40), None)]
