@@ -19,7 +19,7 @@ from dashboard.flapping import FlapPolicy, flap_policy, policy_query
 from dashboard.links import lease_url
 from dashboard.timefmt import format_duration, iso_js, relative_text
 from leases.cursors import SORT_KEYS, Cursor
-from leases.models import LeaseLibrary, LeaseState, lease_state
+from leases.models import LeaseState, lease_state
 from leases.presenters.display import (
     CLASS_LABELS,
     HOLDER_DISPLAY_CHARS,
@@ -39,13 +39,14 @@ from leases.queries import (
     EXPIRING_SOON,
     EXPIRING_SOON_PARTS,
     FENCING_ANOMALY_WINDOW,
+    TABLE_COLUMNS,
     LeaseFilters,
-    expiring_soon,
-    fencing_anomaly,
+    ProblemBounds,
     table_page,
 )
 
 PAGE_SIZE = 100
+DURATION = TABLE_COLUMNS.index("lease_duration_seconds")
 # Plain text: the template escapes a `str` on a fast path that an enum member misses.
 STATE_TEXT: dict[LeaseState, str] = {state: state.value for state in LeaseState}
 
@@ -125,13 +126,14 @@ def _sort_links(filters: LeaseFilters, base: str) -> Mapping[str, SortLink]:
 
 def build_lease_row(
     row: tuple[Any, ...],
-    now: datetime,
+    bounds: ProblemBounds,
     cluster_names: Mapping[int, str],
     stale_clusters: set[int],
     prefix: str,
     policy: FlapPolicy,
 ) -> LeaseRow:
-    """A table row from a `table_page` row: TABLE_COLUMNS, then recent holder changes."""
+    """A table row from a `table_page` row: TABLE_COLUMNS, then recent holder changes,
+    judged at `bounds.now`."""
     (
         _,
         cluster_id,
@@ -144,19 +146,30 @@ def build_lease_row(
         transitions,
         deleted_at,
         duration,
-        library,
         identity,
         token,
         foreign_writer,
         fencing_reused_at,
         flap_count,
     ) = row
+    now = bounds.now
     state = lease_state(holder, expires_at, now)
     flapping = policy.is_flapping(flap_count)
     deleted = deleted_at is not None
-    # The problems of `Problem`, judged as problem_rank_sql judges them (deleted: none).
-    fencing = not deleted and fencing_anomaly(fencing_reused_at, now)
-    soon = not deleted and expiring_soon(holder, expires_at, duration, now)
+    # The problems of `Problem` as `fencing_anomaly` and `expiring_soon` judge them (and
+    # problem_rank_sql): a deleted lease has none.
+    fencing = (
+        fencing_reused_at is not None and not deleted and fencing_reused_at > bounds.fencing_since
+    )
+    soon = (
+        state is LeaseState.HELD
+        and expires_at is not None
+        and not deleted
+        and (
+            expires_at <= bounds.soon_floor
+            or (bool(duration) and expires_at < bounds.share_ends[duration])
+        )
+    )
     # `is`: enum members are singletons, and a hundred rows make the cheaper test count.
     if state is LeaseState.EXPIRED or fencing:
         row_class = "row-bad"
@@ -167,7 +180,16 @@ def build_lease_row(
     else:
         row_class = ""
     cluster = cluster_names.get(cluster_id, "?")
-    shown, title, token_shown = _holder_cells(library, holder, identity, token, foreign_writer)
+    if token and not foreign_writer and identity != token:
+        shown, title, token_shown = _leader_k8s_cells(holder, identity, token)
+    elif len(holder) > HOLDER_DISPLAY_CHARS:
+        shown, title, token_shown = (
+            shorten(holder, HOLDER_DISPLAY_CHARS),
+            shorten(holder, HOLDER_TITLE_CHARS),
+            "",
+        )
+    else:
+        shown, title, token_shown = holder, "", ""
     return LeaseRow(
         row_class,
         STATE_TEXT[state],
@@ -195,25 +217,16 @@ def build_lease_row(
     )
 
 
-def _holder_cells(
-    library: str, holder: str, identity: str, token: str, foreign_writer: bool
-) -> tuple[str, str, str]:
-    """The holder cell's text, its title and the token beside it.
+def _leader_k8s_cells(holder: str, identity: str, token: str) -> tuple[str, str, str]:
+    """The holder cell of a lease leader-k8s holds: its text, its title, the token beside it.
 
-    A leader-k8s holder is a fresh random token at every acquisition: the cell names the
-    node behind it (its identity), the token muted beside it, the raw holder in the title.
-    A foreign writer's holder is shown as written: the annotations that would name a node
-    were written by leader-k8s, not by whoever holds the lease now.
+    Only leader-k8s writes a token (Lease.token), a fresh random one at every acquisition:
+    the cell names the node behind it (its identity), the token muted beside it, the raw
+    holder in the title. A foreign writer's holder is shown as written instead: the
+    annotations that would name a node were written by leader-k8s, not by whoever holds
+    the lease now.
     """
-    if library == LeaseLibrary.LEADER_K8S and token and not foreign_writer and identity != token:
-        return (
-            shorten(identity, HOLDER_DISPLAY_CHARS),
-            shorten(holder, HOLDER_TITLE_CHARS),
-            token,
-        )
-    if len(holder) > HOLDER_DISPLAY_CHARS:
-        return shorten(holder, HOLDER_DISPLAY_CHARS), shorten(holder, HOLDER_TITLE_CHARS), ""
-    return holder, "", ""
+    return shorten(identity, HOLDER_DISPLAY_CHARS), shorten(holder, HOLDER_TITLE_CHARS), token
 
 
 def _clusters_and_policy(now: datetime) -> tuple[list[ClusterStatus], FlapPolicy]:
@@ -270,7 +283,8 @@ def lease_table(
     cluster_names = {cluster.id: cluster.name for cluster in clusters}
     # A disabled cluster's data is as old as a stale one's.
     stale = {cluster.id for cluster in clusters if cluster.stale or not cluster.enabled}
-    rows = [build_lease_row(row, now, cluster_names, stale, prefix, policy) for row in page.rows]
+    bounds = ProblemBounds.at(now, (row[DURATION] for row in page.rows))
+    rows = [build_lease_row(row, bounds, cluster_names, stale, prefix, policy) for row in page.rows]
     return LeaseTable(
         rows=rows,
         clusters=clusters,

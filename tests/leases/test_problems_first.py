@@ -28,6 +28,7 @@ from leases.cursors import (
 )
 from leases.forms import LeaseFilterForm
 from leases.models import KubeCluster, Lease
+from leases.presenters.lease_table import lease_table
 from leases.queries import (
     LeaseFilters,
     Problem,
@@ -300,6 +301,8 @@ def test_a_cursor_naming_a_row_carries_the_rank_it_cannot_read_back(
         (2700.5, 3600, True),
         (15, 15, False),  # expired: that is its problem
         (5, None, False),
+        (80_000, 86_400, True),  # a day-long lease: no integer overflow in the database
+        (10, 2**31 - 1, False),
     ],
 )
 def test_expiring_soon_is_judged_alike_in_sql_and_in_python(
@@ -311,3 +314,6 @@ def test_expiring_soon_is_judged_alike_in_sql_and_in_python(
 
     assert (rank == Problem.EXPIRING_SOON) is soon
     assert expiring_soon(made.holder, made.expires_at, made.lease_duration_seconds, NOW) is soon
+    # The table's rows judge it with bounds worked out once per page: alike.
+    (row,) = lease_table(LeaseFilters(), NOW).rows
+    assert row.expiring_soon is soon
