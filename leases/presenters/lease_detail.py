@@ -54,6 +54,9 @@ STRIP_COLOURS = 6
 STRIP_MIN_SHARE = 1 / 400
 # A flapping lease can have dozens of holders in a day: the legend names the first ones.
 STRIP_LEGEND_LIMIT = 12
+# ...and thousands of tenures: past this many stretches, the strip is drawn in this many
+# equal slots instead, so a page polled every few seconds stays a few kilobytes.
+STRIP_MAX_SEGMENTS = 400
 
 
 @dataclass(slots=True)
@@ -325,6 +328,8 @@ def lease_strip(segments: Sequence[Segment], now: datetime) -> LeaseStrip:
     start = now - window
     seconds = int(window.total_seconds())
     narrowest = max(1, round(seconds * STRIP_MIN_SHARE))
+    if len(segments) > STRIP_MAX_SEGMENTS:
+        segments = coarsened(segments, start, window / STRIP_MAX_SEGMENTS)
     colours: dict[str, int] = {}
     holders: list[StripHolder] = []
     drawn: list[StripSegment] = []
@@ -367,6 +372,61 @@ def lease_strip(segments: Sequence[Segment], now: datetime) -> LeaseStrip:
         holders=holders[:STRIP_LEGEND_LIMIT],
         more_holders=max(0, len(holders) - STRIP_LEGEND_LIMIT),
     )
+
+
+def coarsened(segments: Sequence[Segment], start: datetime, slot: timedelta) -> list[Segment]:
+    """The timeline in equal slots: a slot with any leaderless time is a gap (a gap must
+    never disappear), else the holder that held longest in it, else unobserved; neighbours
+    that read the same are joined."""
+    slots: list[Segment] = []
+    index = 0
+    count = len(segments)
+    slot_start = start
+    while index < count:
+        slot_end = slot_start + slot
+        held: dict[tuple[str, str], float] = {}
+        has_gap = False
+        while index < count and segments[index].end <= slot_end:
+            has_gap, held = _tally(segments[index], slot_start, slot_end, has_gap, held)
+            index += 1
+        if index < count and segments[index].start < slot_end:  # runs on into the next slot
+            has_gap, held = _tally(segments[index], slot_start, slot_end, has_gap, held)
+        if has_gap:
+            kind, holder, identity = SegmentKind.GAP, "", ""
+        elif held:
+            kind = SegmentKind.HELD
+            holder, identity = max(held.items(), key=lambda item: item[1])[0]
+        else:
+            kind, holder, identity = SegmentKind.UNOBSERVED, "", ""
+        previous = slots[-1] if slots else None
+        if previous and (previous.kind, previous.holder, previous.identity) == (
+            kind,
+            holder,
+            identity,
+        ):
+            slots[-1] = Segment(kind, previous.start, slot_end, holder, identity)
+        else:
+            slots.append(Segment(kind, slot_start, slot_end, holder, identity))
+        slot_start = slot_end
+    return slots
+
+
+def _tally(
+    segment: Segment,
+    slot_start: datetime,
+    slot_end: datetime,
+    has_gap: bool,
+    held: dict[tuple[str, str], float],
+) -> tuple[bool, dict[tuple[str, str], float]]:
+    overlap = (min(segment.end, slot_end) - max(segment.start, slot_start)).total_seconds()
+    if overlap <= 0:
+        return has_gap, held
+    if segment.kind == SegmentKind.GAP:
+        return True, held
+    if segment.kind == SegmentKind.HELD:
+        key = (segment.holder, segment.identity)
+        held[key] = held.get(key, 0.0) + overlap
+    return has_gap, held
 
 
 def _node_url(lease: Lease) -> str:
