@@ -165,20 +165,20 @@ def decode_cursor(token: str, sort: SortKey) -> tuple[Any, ...]:
     columns = sort.all_columns
     if kind == "i":
         row_part, *carried = body.split(".")
+        row_id = _cursor_int(SortColumn("id", "int"), _row_id(row_part))
+        stored = [column.field for column in columns if not column.computed]
+        row = Lease.objects.filter(pk=row_id).values_list(*stored).first()
+        if row is None:
+            raise CursorError("the lease this page started at is gone")
         computed = [column for column in columns if column.computed]
         if len(carried) != len(computed):
             raise CursorError("the cursor belongs to another sort order")
-        row_id = _cursor_int(SortColumn("id", "int"), _row_id(row_part))
         kept = iter(
             [
                 _cursor_value(column, _row_id(text))
                 for column, text in zip(computed, carried, strict=True)
             ]
         )
-        stored = [column.field for column in columns if not column.computed]
-        row = Lease.objects.filter(pk=row_id).values_list(*stored).first()
-        if row is None:
-            raise CursorError("the lease this page started at is gone")
         read = iter(row)
         return tuple(next(kept) if column.computed else next(read) for column in columns)
     if kind != "v":

@@ -585,12 +585,7 @@ def _paged(column: SortColumn) -> str:
 
 def _converted(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """Rows with each value as the ORM would return it (SQLite's times come back naive)."""
-    converters = []
-    for index, name in enumerate(TABLE_COLUMNS):
-        field = Lease._meta.get_field(name)
-        column = field.get_col(Lease._meta.db_table)
-        found = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
-        converters += [(index, converter, column) for converter in found]
+    converters = _table_converters()
     if not converters:
         return rows  # PostgreSQL: psycopg already returns aware datetimes
     converted = []
@@ -600,6 +595,22 @@ def _converted(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
             values[index] = converter(values[index], column, connection)
         converted.append(tuple(values))
     return converted
+
+
+@cache
+def _table_converters() -> tuple[tuple[int, Any, Any], ...]:
+    """(position, converter, expression) of each TABLE_COLUMNS value the database returns
+    as something else than the field's Python value, as the ORM applies them. Looked up
+    once: asking the fields on every refresh cost more than the row values' conversion."""
+    found = []
+    for index, name in enumerate(TABLE_COLUMNS):
+        field = Lease._meta.get_field(name)
+        column = field.get_col(Lease._meta.db_table)
+        for converter in connection.ops.get_db_converters(column) + field.get_db_converters(
+            connection
+        ):
+            found.append((index, converter, column))
+    return tuple(found)
 
 
 def expired_condition(now: datetime) -> Q:
