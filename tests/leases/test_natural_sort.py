@@ -95,3 +95,15 @@ def test_watched_clusters_are_listed_in_natural_order(frozen_clock: None) -> Non
     assert [status.name for status in cluster_statuses(NOW)] == ["prod-1", "prod-2", "prod-10"]
     table = lease_table(LeaseFilters(), timezone.now())
     assert [status.name for status in table.clusters] == ["prod-1", "prod-2", "prod-10"]
+
+
+def test_the_cluster_filter_offers_clusters_in_natural_order(
+    frozen_clock: None, engineer_client: Client
+) -> None:
+    for name in ("prod-10", "prod-2"):
+        make_lease(make_cluster(name), "kube-scheduler")
+
+    page = engineer_client.get("/leases/").content.decode()
+
+    select = page.split('<select name="cluster"', 1)[1].split("</select>", 1)[0]
+    assert re.findall(r'<option value="([^"]*)"', select) == ["", "prod-2", "prod-10"]
