@@ -219,3 +219,19 @@ def test_metrics_cost_the_same_queries_for_one_election_lease_or_many(
         scrape(client)
 
     assert len(many) == len(one)
+
+
+def test_the_api_keeps_cluster_order_while_the_page_puts_problems_first(api: Client) -> None:
+    """Problems first is the page's default; the API's stays an order whose values never
+    change, so a script following `next` sees every lease once."""
+    cluster = make_cluster()
+    for index in range(6):
+        make_lease(cluster, f"op-{index}", namespace="operators")
+    make_lease(cluster, "op-5-expired", namespace="operators", renewed_ago=600)
+
+    first = orjson.loads(api.get("/api/v1/leases?namespace=operators&limit=4").content)
+    names = [row["name"] for row in first["results"]]
+    assert "sort=" not in (first["next"] or "")
+    if first["next"]:
+        names += [row["name"] for row in orjson.loads(api.get(first["next"]).content)["results"]]
+    assert names == ["op-0", "op-1", "op-2", "op-3", "op-4", "op-5", "op-5-expired"]
