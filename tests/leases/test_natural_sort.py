@@ -71,6 +71,14 @@ def test_the_name_sort_is_natural_across_pages_both_ways(named_leases: KubeClust
     assert walk("-name", 3) == (NATURAL[::-1], NATURAL[::-1], NATURAL[::-1])
 
 
+@pytest.mark.parametrize("sort", ["cluster", "namespace"])
+def test_the_cluster_and_namespace_sorts_list_names_naturally_across_pages_both_ways(
+    named_leases: KubeCluster, sort: str
+) -> None:
+    assert walk(sort, 3) == (NATURAL, NATURAL, NATURAL)
+    assert walk(f"-{sort}", 3) == (NATURAL[::-1], NATURAL[::-1], NATURAL[::-1])
+
+
 def test_problems_first_sorts_names_naturally_within_a_rank(named_leases: KubeCluster) -> None:
     assert walk("problems", 2) == (NATURAL, NATURAL, NATURAL)
 
