@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.validators import MaxLengthValidator, MaxValueValidator
 from django.utils.choices import CallableChoiceIterator
 
+from dashboard.natural import natural_key
 from leases.models import NODEGROUP_LABEL
 from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeRequest, ResizeState
 from nks.node_picture import NodegroupNodes, NodeLine
@@ -253,8 +254,9 @@ class ResizeTargetForm(forms.Form):
 
 def resized_cluster_choices() -> list[tuple[str, str]]:
     """Clusters that have resizes, by name. Called when the filter bar is drawn."""
-    clusters = NksCluster.objects.filter(resizes__isnull=False).order_by("name")
-    return [("", "any cluster"), *clusters.values_list("uuid", "name").distinct()]
+    clusters = NksCluster.objects.filter(resizes__isnull=False)
+    names = sorted(set(clusters.values_list("uuid", "name")), key=lambda row: natural_key(row[1]))
+    return [("", "any cluster"), *names]
 
 
 def resizer_choices() -> list[tuple[str, str]]:

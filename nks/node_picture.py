@@ -17,6 +17,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from dashboard.links import lease_url, path_segment
+from dashboard.natural import natural_key
 from dashboard.timefmt import iso_utc
 from leases.models import (
     ConditionStatus,
@@ -141,7 +142,7 @@ class NodegroupNodes:
     def removal_order(self) -> list[NodeLine]:
         """Members a scale-in may name (instance UUID known), best candidates first."""
         choosable = [node for node in self.members if node.instance.ok]
-        return sorted(choosable, key=lambda node: (node.removal_rank, node.name))
+        return sorted(choosable, key=lambda node: (node.removal_rank, natural_key(node.name)))
 
 
 def nodegroup_nodes(nodegroup: NksNodegroup, now: datetime) -> NodegroupNodes | None:
@@ -269,7 +270,7 @@ def cluster_cross_checks(cluster: NksCluster, now: datetime) -> list[CrossCheck]
     checks = []
     groups = sorted(
         (group for group in cluster.nodegroups.all() if group.gone_at is None and group.is_worker),
-        key=lambda group: group.name,
+        key=lambda group: natural_key(group.name),
     )
     for group in groups:
         group.cluster = cluster  # already loaded, with its account and Lease source

@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from dashboard.flapping import flap_policy
 from dashboard.links import path_segment
+from dashboard.natural import natural_key
 from dashboard.timefmt import When, format_duration, iso_js, local_moment_text, when
 from leases.availability import (
     ELECTION_CLASSES,
@@ -444,7 +445,8 @@ def lease_candidates(lease: Lease, now: datetime) -> list[CandidateRow]:
         namespace=lease.namespace,
         lease_name=lease.name,
         deleted_at__isnull=True,
-    ).order_by("name")
+    )
+    candidates = sorted(candidates, key=lambda candidate: natural_key(candidate.name))
     return [
         CandidateRow(
             namespace=candidate.namespace,
