@@ -171,8 +171,14 @@ def test_nulls_sort_last_in_both_directions() -> None:
 
 
 def test_a_cursor_for_another_sort_order_or_garbage_is_rejected() -> None:
-    token = encode_cursor([1, "kube-system", "kube-scheduler"], 7)
-    assert decode_cursor(token, SORT_KEYS["cluster"]) == (1, "kube-system", "kube-scheduler")
+    # Issue 11: the cluster order lists names naturally (name_key, then the name itself).
+    token = encode_cursor([1, "kube-system", "kube-scheduler", "kube-scheduler"], 7)
+    assert decode_cursor(token, SORT_KEYS["cluster"]) == (
+        1,
+        "kube-system",
+        "kube-scheduler",
+        "kube-scheduler",
+    )
     for bad, sort in [
         (token, "renewed"),
         ("v.not-base64!", "cluster"),
