@@ -64,13 +64,15 @@ class Tenure:
 
     holder: str
     expires_at: datetime | None
-    # When the last holder released the lease (holder ""), as far as known.
-    released_at: datetime | None = None
+    # The renewTime of the last write seen (a renewal, a takeover or a release).
+    written_at: datetime | None = None
 
     def renewed(self, key: Key, spec: dict[str, Any], identity: str) -> SpanMove | None:
         """A renewal (the holder unchanged); a move when it came after the last expiry."""
         renew_time, expires_at = _times(spec)
         previous, self.expires_at = self.expires_at, expires_at
+        if renew_time is not None:
+            self.written_at = renew_time
         if not self.holder or previous is None or renew_time is None or renew_time <= previous:
             return None
         return SpanMove(key, previous, self.holder, identity, renew_time, late=True)
@@ -83,14 +85,12 @@ class Tenure:
         started_at: datetime | None = None
         if holder:
             acquired = parse_time(spec.get("acquireTime"))
-            if (
-                acquired is not None
-                and self.released_at is not None
-                and acquired < self.released_at
-            ):
-                # leader-k8s keeps the old acquireTime when it takes a released lease (it
-                # only stamps a new one over another holder): the write's renewTime is when
-                # this tenure began, or the gap after the release would vanish.
+            if acquired is not None and self.written_at is not None and acquired < self.written_at:
+                # An acquireTime older than the lease's last write is not this tenure's
+                # start: leader-k8s keeps the old one when it takes a released lease, and a
+                # stale holder writes back the acquireTime of its old view. The write's
+                # renewTime is when this tenure began; otherwise a gap would vanish, or the
+                # tenure would begin before the one it ends.
                 acquired = None
             started_at = close_at = acquired or renew_time or seen
         else:
@@ -98,10 +98,8 @@ class Tenure:
             close_at = renew_time or seen
         if self.expires_at is not None:
             close_at = min(close_at, self.expires_at)
-        if not holder:
-            self.released_at = close_at
-        elif self.holder:
-            self.released_at = None
+        if renew_time is not None:
+            self.written_at = renew_time
         self.holder, self.expires_at = holder, expires_at
         return SpanMove(key, close_at, holder, identity, started_at)
 
@@ -133,8 +131,7 @@ def load_tenures(cluster_id: int) -> dict[Key, Tenure]:
         cluster_id=cluster_id, deleted_at__isnull=True, lease_class__in=FOLLOWED_CLASSES
     ).values_list("namespace", "name", "holder", "expires_at", "renew_time")
     return {
-        # A released lease's last write (the release) stamped renewTime.
-        (namespace, name): Tenure(holder, expires_at, None if holder else renew_time)
+        (namespace, name): Tenure(holder, expires_at, renew_time)
         for namespace, name, holder, expires_at, renew_time in rows.iterator(chunk_size=2000)
     }
 

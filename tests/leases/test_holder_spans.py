@@ -421,3 +421,24 @@ def test_a_restarted_ingestor_knows_the_release_from_the_stored_row(cluster: Kub
     restarted.observe(lease("b4k-b", 40, acquire=0, version=3))
     restarted.flush()
     assert spans() == [("b4k-a", at(0), at(12)), ("b4k-b", at(40), None)]
+
+
+def test_a_stale_holder_writing_back_its_old_acquire_time_starts_its_span_at_the_write(
+    cluster: KubeCluster,
+) -> None:
+    """A paused pod writes its old view back (old token, old acquireTime): its tenure starts
+    at that write, and the one it ends closes there, not hours before it began."""
+    ingestor = LeaseIngestor(cluster.id)
+    ingestor.observe(lease("b4k-a", 10, acquire=0))
+    ingestor.flush()
+    ingestor.observe(lease("b4k-b", 20, acquire=20, transitions=1, version=2))
+    ingestor.flush()
+    ingestor.observe(lease("b4k-b", 30, acquire=20, transitions=1, version=3))
+    ingestor.flush()
+    ingestor.observe(lease("b4k-a", 40, acquire=0, transitions=0, version=4))
+    ingestor.flush()
+    assert spans() == [
+        ("b4k-a", at(0), at(20)),
+        ("b4k-b", at(20), at(40)),
+        ("b4k-a", at(40), None),
+    ]
