@@ -178,6 +178,18 @@ def _change_time(transition: LeaseTransition) -> datetime:
     return transition.observed_at
 
 
+def _change_times(transitions: Sequence[LeaseTransition]) -> list[datetime]:
+    """When each change happened, never before the change it follows: a stale holder
+    writing back its old view brings an acquireTime from before its successor's."""
+    times: list[datetime] = []
+    for transition in transitions:
+        moment = _change_time(transition)
+        if times and moment < times[-1]:
+            moment = max(transition.observed_at, times[-1])
+        times.append(moment)
+    return times
+
+
 def holder_timeline(
     lease: Lease, transitions: Sequence[LeaseTransition], truncated: bool, now: datetime
 ) -> list[HolderPeriod]:
@@ -215,16 +227,17 @@ def holder_timeline(
         add(lease.holder, lease.acquire_time, None, 0, lease.identity)
         return periods
     first = transitions[0]
+    changed_at = _change_times(transitions)
     # Who held it before the first change seen; nothing to say when nobody did and the
     # history is complete (a lease created by its first holder).
     if first.from_holder or truncated:
-        add(first.from_holder, None, _change_time(first), 0, first.from_identity)
+        add(first.from_holder, None, changed_at[0], 0, first.from_identity)
     for index, transition in enumerate(transitions):
-        following = transitions[index + 1] if index + 1 < len(transitions) else None
+        following = index + 1 < len(transitions)
         add(
             transition.to_holder,
-            _change_time(transition),
-            _change_time(following) if following else None,
+            changed_at[index],
+            changed_at[index + 1] if following else None,
             transition.missed,
             transition.to_identity,
             transition.fencing_reused,
