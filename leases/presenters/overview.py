@@ -15,6 +15,7 @@ from dashboard.timefmt import When, format_duration, iso_js, when
 from leases.availability import ELECTION_CLASSES, availability_for_leases, recent_gaps
 from leases.flapping import most_flapping
 from leases.groups import GroupStatus, leader_groups
+from leases.leader_k8s import is_token
 from leases.models import (
     Lease,
     LeaseClass,
@@ -57,10 +58,14 @@ class TransitionRow:
     url: str
     namespace: str
     name: str
+    # The holders in human terms (leader-k8s's node ids), with the fencing tokens apart.
     from_holder: str
     to_holder: str
     seen: When
     missed: int
+    from_token: str = ""
+    to_token: str = ""
+    fencing_reused: bool = False
 
 
 @dataclass(slots=True)
@@ -243,6 +248,9 @@ def recent_transitions(cluster_id: int, cluster: str, now: datetime) -> list[Tra
         .only(
             "from_holder",
             "to_holder",
+            "from_identity",
+            "to_identity",
+            "fencing_reused",
             "observed_at",
             "missed",
             "lease__namespace",
@@ -259,10 +267,17 @@ def recent_transitions(cluster_id: int, cluster: str, now: datetime) -> list[Tra
                 url=lease_url(prefix, cluster, transition.lease.namespace, transition.lease.name),
                 namespace=transition.lease.namespace,
                 name=transition.lease.name,
-                from_holder=shorten(transition.from_holder, HOLDER_DISPLAY_CHARS),
-                to_holder=shorten(transition.to_holder, HOLDER_DISPLAY_CHARS),
+                from_holder=shorten(
+                    transition.from_identity or transition.from_holder, HOLDER_DISPLAY_CHARS
+                ),
+                to_holder=shorten(
+                    transition.to_identity or transition.to_holder, HOLDER_DISPLAY_CHARS
+                ),
                 seen=seen,
                 missed=transition.missed,
+                from_token=transition.from_holder if is_token(transition.from_holder) else "",
+                to_token=transition.to_holder if is_token(transition.to_holder) else "",
+                fencing_reused=transition.fencing_reused,
             )
         )
     return rows

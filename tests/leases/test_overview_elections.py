@@ -11,7 +11,14 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from leases.models import KubeCluster, LeaderGroup, Lease, LeaseHolderSpan, WatchCoverage
+from leases.models import (
+    KubeCluster,
+    LeaderGroup,
+    Lease,
+    LeaseHolderSpan,
+    LeaseTransition,
+    WatchCoverage,
+)
 from leases.presenters.overview import elections_overview
 from tests.leases.factories import NOW, make_cluster, make_lease
 from tests.leases.group_factories import make_slot
@@ -99,3 +106,28 @@ def test_the_elections_card_reads_a_fixed_number_of_queries() -> None:
         found = elections_overview(NOW, names)
     assert len(found.understaffed) == 5 and found.understaffed_total == 12
     assert len(many) == len(few)
+
+
+def test_last_holder_changes_name_leader_k8s_holders_by_identity_with_the_token_apart(
+    engineer_client: Client,
+) -> None:
+    token_a, token_b = "b4k-" + "a" * 22, "b4k-" + "b" * 22
+    lease = make_lease(make_cluster(), "reconciler", namespace="operators", holder=token_a)
+    LeaseTransition.objects.create(
+        lease=lease,
+        from_holder=token_b,
+        to_holder=token_a,
+        from_identity="pod-b:1",
+        to_identity="<b>pod-a</b>:1",
+        observed_at=NOW - timedelta(seconds=30),
+        fencing_reused=True,
+    )
+
+    page = engineer_client.get("/").content.decode()
+    changes = page.split("Last holder changes", 1)[1].split("</table>", 1)[0]
+    assert (
+        "pod-b:1" in changes
+        and f'<code class="muted" title="fencing token">{token_b}</code>' in changes
+    )
+    assert "&lt;b&gt;pod-a&lt;/b&gt;:1" in changes and "<b>pod-a" not in changes
+    assert "fencing token reused" in changes
