@@ -116,24 +116,34 @@ def leader_group_unstaffed(ctx: RuleContext) -> RuleOutcome:
     for key, group in groups.items():
         if group.cluster in ctx.stale_kube_clusters or group.held:
             continue
-        grace = _group_grace(ctx, group)
         outcome.add(
-            Condition(
-                key=key,
-                title=f"leader group {group.namespace}/{group.name}: no slot held",
-                cluster=group.cluster,
-                since=group.unstaffed_since(),
-                hold=grace,
-                link=group_url(group.cluster, group.namespace, group.name),
-                details={
-                    "facts": _group_facts(group, grace),
-                    **item_list("Slots", _slot_items(group)),
-                },
+            _group_condition(
+                ctx,
+                key,
+                group,
+                f"leader group {group.namespace}/{group.name}: no slot held",
+                group.unstaffed_since(),
             )
         )
     ctx.freeze_clusters(outcome, ctx.stale_kube_clusters)
     _group_notes(ctx, outcome, groups, Rule.LEADER_GROUP_UNSTAFFED)
     return outcome
+
+
+def _group_condition(
+    ctx: RuleContext, key: str, group: GroupState, title: str, since: datetime | None
+) -> Condition:
+    """A group rule's condition: the group's facts and slots, held for the group's grace."""
+    grace = _group_grace(ctx, group)
+    return Condition(
+        key=key,
+        title=title,
+        cluster=group.cluster,
+        since=since,
+        hold=grace,
+        link=group_url(group.cluster, group.namespace, group.name),
+        details={"facts": _group_facts(group, grace), **item_list("Slots", _slot_items(group))},
+    )
 
 
 def leader_group_degraded(ctx: RuleContext) -> RuleOutcome:
@@ -153,22 +163,14 @@ def leader_group_degraded(ctx: RuleContext) -> RuleOutcome:
             continue
         if not 0 < group.held < group.expected:
             continue
-        grace = _group_grace(ctx, group)
         outcome.add(
-            Condition(
-                key=key,
-                title=(
-                    f"leader group {group.namespace}/{group.name}: "
-                    f"{group.held} of {group.expected} slots held"
-                ),
-                cluster=group.cluster,
-                since=group.degraded_since(),
-                hold=grace,
-                link=group_url(group.cluster, group.namespace, group.name),
-                details={
-                    "facts": _group_facts(group, grace),
-                    **item_list("Slots", _slot_items(group)),
-                },
+            _group_condition(
+                ctx,
+                key,
+                group,
+                f"leader group {group.namespace}/{group.name}: "
+                f"{group.held} of {group.expected} slots held",
+                group.degraded_since(),
             )
         )
     ctx.freeze_clusters(outcome, ctx.stale_kube_clusters)
