@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from fakes.nks import FakeNks
+from leases.models import WatchCoverage
 from nks.accounts import forget_clients
 from nks.models import NksCluster
 from nks.poller import poll_account
@@ -24,6 +27,7 @@ from nks.services import register_nks_account
 from tests.alerts.factories import make_incident
 from tests.e2e.login import log_in
 from tests.leases.factories import make_cluster, make_lease
+from tests.leases.group_factories import make_slot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -63,6 +67,12 @@ def test_pages_load_and_refresh_without_a_policy_violation(  # type: ignore[no-u
     cluster = make_cluster("prod")
     make_lease(cluster, "kube-scheduler", holder="<img src=x onerror=alert(1)>")
     make_incident()
+    # Issue 11's pages: a leader-k8s slot group, and a lease page with its availability strip.
+    make_slot(cluster, "batch", 0)
+    make_slot(cluster, "batch", 1, node_id="<script>alert(1)</script>")
+    WatchCoverage.objects.create(
+        cluster=cluster, started_at=timezone.now() - timedelta(hours=1), last_seen_at=timezone.now()
+    )
     # staging-web's default-worker has 2 ready nodes and 1 not ready: both parts of a bar.
     staging = NksCluster.objects.get(name="staging-web")
 
@@ -126,6 +136,17 @@ def test_pages_load_and_refresh_without_a_policy_violation(  # type: ignore[no-u
     assert (ready.get_attribute("width"), not_ready.get_attribute("width")) == ("66.7", "33.3")
     fills = [rect.evaluate("r => getComputedStyle(r).fill") for rect in (ready, not_ready)]
     assert fills[0] != fills[1] and "none" not in fills, fills
+
+    page.goto(f"{live_server.url}/leases/groups/")
+    expect(page.locator("#groups")).to_contain_text("batch")
+    page.goto(f"{live_server.url}/leases/clusters/prod/groups/apps/batch/")
+    expect(page.locator("#group-detail")).to_contain_text("<script>alert(1)</script>")
+    page.screenshot(path=str(SCREENSHOTS / "csp-group.png"), full_page=True)
+    page.goto(f"{live_server.url}/leases/prod/apps/batch-slot-0/")
+    strip = page.locator("figure.lease-strip svg")
+    expect(strip).to_be_visible()
+    assert strip.bounding_box()["width"] > 200, "the strip keeps its size from dashboard.css"
+    page.screenshot(path=str(SCREENSHOTS / "csp-lease-strip.png"), full_page=True)
 
     page.goto(f"{live_server.url}/alerts/")
     expect(page.locator("#incidents")).to_contain_text("lease expired")
