@@ -275,12 +275,18 @@ def recent_transitions(cluster_id: int, cluster: str, now: datetime) -> list[Tra
                 ),
                 seen=seen,
                 missed=transition.missed,
-                from_token=transition.from_holder if is_token(transition.from_holder) else "",
-                to_token=transition.to_holder if is_token(transition.to_holder) else "",
+                from_token=_token_apart(transition.from_holder, transition.from_identity),
+                to_token=_token_apart(transition.to_holder, transition.to_identity),
                 fencing_reused=transition.fencing_reused,
             )
         )
     return rows
+
+
+def _token_apart(holder: str, identity: str) -> str:
+    """The fencing token to show beside a holder's identity; "" when the identity is the
+    holder itself (a plain lease, or leader-k8s with no node id)."""
+    return holder if is_token(holder) and identity and identity != holder else ""
 
 
 def _overview_links(prefix: str, cluster: str) -> dict[str, str]:
