@@ -18,6 +18,8 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboard.encryption import EncryptedTextField
+
 
 class Rule(models.TextChoices):
     LEASE_EXPIRED = "lease_expired", "lease expired"
@@ -318,8 +320,50 @@ class DeliveryState(models.TextChoices):
     CANCELLED = "cancelled", "cancelled (silenced)"
 
 
+class ChannelKind(models.TextChoices):
+    DOORAY = "dooray", "Dooray! incoming webhook"
+    SLACK = "slack", "Slack incoming webhook"
+    WEBHOOK = "webhook", "generic JSON webhook (HMAC-SHA256 signed)"
+
+
+class AlertChannel(models.Model):
+    """A chat room or HTTP endpoint that gets alerts beside e-mail, through the same outbox.
+
+    The URL of an incoming webhook is itself the credential (whoever has it can post), so it
+    is a secret like a password: encrypted at rest, write-only in admin, never shown or
+    logged (messages name the channel, never its URL).
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=10, choices=ChannelKind.choices)
+    url = EncryptedTextField(help_text="The webhook URL. Write-only: it is never shown again.")
+    # The generic webhook's HMAC-SHA256 key; unused by Dooray! and Slack.
+    signing_secret = EncryptedTextField(blank=True)
+    enabled = models.BooleanField(default=True)
+    # The channel's rules filter: incidents of these rules (empty: all) at this severity
+    # and worse, of these clusters (empty: all).
+    rules = models.JSONField(default=list, blank=True)
+    min_severity = models.CharField(
+        max_length=10, choices=Severity.choices, default=Severity.WARNING
+    )
+    clusters = models.JSONField(default=list, blank=True)
+    language = models.CharField(max_length=10, blank=True, choices=settings.LANGUAGES)
+    time_zone = models.CharField(max_length=64, blank=True)
+    # Dooray! asks for at most about 10 messages a minute; more than this folds into one.
+    max_per_minute = models.PositiveIntegerField(default=10)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
 class Notification(models.Model):
-    """One e-mail: rendered when planned, sent by a task, retried until delivered."""
+    """One e-mail or one channel message: rendered when planned, sent by a task, retried
+    until delivered."""
 
     kind = models.CharField(max_length=10, choices=NotificationKind.choices)
     incidents = models.ManyToManyField(Incident, related_name="notifications")
@@ -340,12 +384,34 @@ class Notification(models.Model):
     claimed_until = models.DateTimeField(null=True, blank=True)
     claim_token = models.CharField(max_length=32, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # Null for e-mail; otherwise the channel this message goes to (recipients stay empty).
+    channel = models.ForeignKey(
+        AlertChannel,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="notifications",
+    )
+    # The language and time zone it was rendered in (mail: its recipients'; channel: its own).
+    language = models.CharField(max_length=10, blank=True)
+    time_zone = models.CharField(max_length=64, blank=True)
+    # A channel message's body as posted (rendered when planned, like mail).
+    payload = models.JSONField(default=dict, blank=True)
+    # Sent inside another message: a rate-limited channel folds a storm into one summary.
+    folded_into = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="folded"
+    )
+    # The endpoint's answer to the last attempt (status line and a bounded body), kept
+    # for a permanent failure so an admin sees why.
+    last_response = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["state", "next_attempt_at"], name="notification_due"),
             models.Index(fields=["group", "kind", "created_at"], name="notification_group"),
+            # A channel's rate: its messages sent in the last minute.
+            models.Index(fields=["channel", "sent_at"], name="notification_channel_sent"),
         ]
 
     def __str__(self) -> str:

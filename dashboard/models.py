@@ -117,3 +117,23 @@ class WorkerHeartbeat(models.Model):
 
     def age_seconds(self, now: timezone.datetime | None = None) -> float:
         return ((now or timezone.now()) - self.seen_at).total_seconds()
+
+
+class UserPreference(models.Model):
+    """What a person chose for themselves: the language and time zone pages and mail use.
+
+    Blank means "not chosen": the language then follows the browser's Accept-Language and
+    LANGUAGE_CODE, the time zone TIME_ZONE (see dashboard.preferences).
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference"
+    )
+    language = models.CharField(max_length=10, blank=True, choices=settings.LANGUAGES)
+    time_zone = models.CharField(max_length=64, blank=True)
+    # The browser's zone is offered once: after the answer (or a choice) it is not asked again.
+    time_zone_offered = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.language or '-'} {self.time_zone or '-'}"

@@ -373,9 +373,21 @@ except (zoneinfo.ZoneInfoNotFoundError, ValueError):
     raise BadEnvironment(
         f"TIME_ZONE={TIME_ZONE!r} is not a known time zone (e.g. UTC, Asia/Seoul)."
     ) from None
-USE_TZ = True  # stored in UTC, shown in TIME_ZONE
-USE_I18N = False
-LANGUAGE_CODE = "en-us"
+USE_TZ = True  # stored in UTC, shown in each person's zone (TIME_ZONE until they choose)
+# Korean and English (issue 12): a person's saved choice, then the browser's Accept-Language,
+# then LANGUAGE_CODE (dashboard.preferences). API terms stay as the APIs spell them.
+LANGUAGES = [("en", "English"), ("ko", "한국어")]
+LANGUAGE_CODE = env_choice("LANGUAGE_CODE", "en", tuple(code for code, _ in LANGUAGES))
+USE_I18N = True
+# TEMPORARY while issue 12's parts are translated side by side: merged into locale/ later.
+LOCALE_PATHS = [
+    BASE_DIR / "locale",
+    *sorted(path for path in (BASE_DIR / "locale" / "parts").glob("*") if path.is_dir()),
+]
+# Alert mail to ALERT_EMAIL_TO addresses (people without a saved choice of their own).
+ALERT_EMAIL_LANGUAGE = env_choice(
+    "ALERT_EMAIL_LANGUAGE", LANGUAGE_CODE, tuple(code for code, _ in LANGUAGES)
+)
 
 # --- Auth -----------------------------------------------------------------------------------
 LOGIN_URL = "login"
