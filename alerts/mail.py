@@ -9,6 +9,7 @@ rendered with autoescaping. Every other header comes from our ids and settings.
 from __future__ import annotations
 
 import unicodedata
+import zoneinfo
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +20,7 @@ from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
 
 from alerts.models import (
@@ -148,7 +150,24 @@ class RenderedMail:
     html: str
 
 
-def render_notification(kind: str, incidents: Sequence[Incident], now: datetime) -> RenderedMail:
+def render_notification(
+    kind: str,
+    incidents: Sequence[Incident],
+    now: datetime,
+    *,
+    language: str | None = None,
+    time_zone: str | None = None,
+) -> RenderedMail:
+    """The mail about `incidents` in `language` with times in `time_zone` (both default to
+    the settings'): a notification is rendered once per language and zone of its readers."""
+    with (
+        translation.override(language or settings.LANGUAGE_CODE),
+        timezone.override(zoneinfo.ZoneInfo(time_zone or settings.TIME_ZONE)),
+    ):
+        return _render_notification(kind, incidents, now)
+
+
+def _render_notification(kind: str, incidents: Sequence[Incident], now: datetime) -> RenderedMail:
     ordered = sort_incidents(incidents)
     count = len(ordered)
     if kind == NotificationKind.OPENED:
