@@ -22,6 +22,9 @@ from typing import Any, Literal
 
 import orjson
 from django.db import connection
+from django.utils.functional import Promise, lazy
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext
 
 from leases.models import Lease
 
@@ -62,7 +65,7 @@ class SortKey:
     """
 
     param: str
-    label: str
+    label: str | Promise  # translated when shown
     columns: tuple[SortColumn, ...]
     unique: bool = False
 
@@ -90,24 +93,26 @@ SORT_KEYS: dict[str, SortKey] = {
         # serve it: the statement reads them all (measured in bench/lease_table.py).
         SortKey(
             PROBLEMS_SORT,
-            "Problems first",
+            _("Problems first"),
             (SortColumn(RANK_FIELD, "rank"), *_NATURAL_NAME, _NAMESPACE, _CLUSTER),
             unique=True,
         ),
         # By cluster means cluster, namespace, then names in natural order: served by the
         # indexes of migration 0006 (lease_cluster_natural, lease_namespace_natural), which
         # hold name_key byte by byte as these orders compare it.
-        SortKey("cluster", "Cluster", (_CLUSTER, _NAMESPACE, *_NATURAL_NAME), unique=True),
-        SortKey("namespace", "Namespace", (_NAMESPACE, *_NATURAL_NAME, _CLUSTER), unique=True),
+        SortKey("cluster", _("Cluster"), (_CLUSTER, _NAMESPACE, *_NATURAL_NAME), unique=True),
+        SortKey("namespace", _("Namespace"), (_NAMESPACE, *_NATURAL_NAME, _CLUSTER), unique=True),
         # Sorting by name has always sorted every row: natural order costs nothing more.
-        SortKey("name", "Name", (*_NATURAL_NAME, _NAMESPACE, _CLUSTER), unique=True),
-        SortKey("class", "Class", (SortColumn("lease_class", "str"), _CLUSTER, _NAMESPACE, _NAME)),
-        SortKey("holder", "Holder", (SortColumn("holder", "str"),)),
-        SortKey("renewed", "Renewed", (SortColumn("renew_time", "datetime", nullable=True),)),
-        SortKey("expires", "Expires", (SortColumn("expires_at", "datetime", nullable=True),)),
+        SortKey("name", _("Name"), (*_NATURAL_NAME, _NAMESPACE, _CLUSTER), unique=True),
+        SortKey(
+            "class", _("Class"), (SortColumn("lease_class", "str"), _CLUSTER, _NAMESPACE, _NAME)
+        ),
+        SortKey("holder", _("Holder"), (SortColumn("holder", "str"),)),
+        SortKey("renewed", _("Renewed"), (SortColumn("renew_time", "datetime", nullable=True),)),
+        SortKey("expires", _("Expires"), (SortColumn("expires_at", "datetime", nullable=True),)),
         SortKey(
             "transitions",
-            "Transitions",
+            _("Transitions"),
             (SortColumn("lease_transitions", "int", nullable=True),),
         ),
     )
@@ -116,10 +121,21 @@ SORT_KEYS: dict[str, SortKey] = {
 # whose values never change, for readers that walk every lease once.
 DEFAULT_SORT = PROBLEMS_SORT
 API_DEFAULT_SORT = "cluster"
-SORT_CHOICES: list[tuple[str, str]] = [
+
+
+def _descending(label: str | Promise) -> str:
+    return pgettext("sort order", "%(column)s, descending") % {"column": label}
+
+
+# Translated when shown, in the reader's language, not once at import.
+_descending_label = lazy(_descending, str)
+SORT_CHOICES: list[tuple[str, str | Promise]] = [
     choice
     for key in SORT_KEYS.values()
-    for choice in ((key.param, key.label), (f"-{key.param}", f"{key.label}, descending"))
+    for choice in (
+        (key.param, key.label),
+        (f"-{key.param}", _descending_label(key.label)),
+    )
 ]
 
 

@@ -34,6 +34,7 @@ from django.db.models import (
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Collate
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from dashboard.flapping import FlapPolicy, flap_policy
 from leases.cursors import (
@@ -65,11 +66,11 @@ class Problem(IntegerChoices):
     """What puts a lease high in the problems-first order; the worst first. A lease has the
     first that applies. Deleted leases are never problems: they are gone."""
 
-    EXPIRED = 0, "expired"
-    FENCING = 1, "fencing token reused"
-    FLAPPING = 2, "flapping"
-    EXPIRING_SOON = 3, "expiring soon"
-    NONE = 4, "no problem"
+    EXPIRED = 0, _("expired")
+    FENCING = 1, _("fencing token reused")
+    FLAPPING = 2, _("flapping")
+    EXPIRING_SOON = 3, _("expiring soon")
+    NONE = 4, _("no problem")
 
 
 def fencing_anomaly(fencing_reused_at: datetime | None, now: datetime) -> bool:
