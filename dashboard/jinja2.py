@@ -15,6 +15,7 @@ from django.http import HttpRequest
 from django.template import engines
 from django.templatetags.static import static
 from django.urls import reverse
+from django.utils import translation
 from django.utils.module_loading import import_string
 from django.utils.safestring import SafeString, mark_safe
 from jinja2 import Environment, StrictUndefined
@@ -72,7 +73,19 @@ def environment(**options: Any) -> Environment:
     options.setdefault("lstrip_blocks", True)
     # Dotted paths, so that this neutral module imports no feature app's template tags.
     filters = {name: import_string(path) for name, path in options.pop("filters", {}).items()}
-    env = DashboardEnvironment(autoescape=True, **options)
+    # Jinja2's i18n extension with Django's catalogs, so `{{ _("...") }}` speaks the
+    # request's language. Old-style calls (`{{ _("Held by %(who)s")|format(who=...) }}`):
+    # Django's makemessages reads `_("...")` at the start of a `{{ }}` only without
+    # arguments, and the whole formatted text is escaped on output like any value.
+    extensions = [*options.pop("extensions", ()), "jinja2.ext.i18n"]
+    env = DashboardEnvironment(autoescape=True, extensions=extensions, **options)
+    env.install_gettext_callables(  # type: ignore[attr-defined]
+        gettext=translation.gettext,
+        ngettext=translation.ngettext,
+        pgettext=translation.pgettext,
+        npgettext=translation.npgettext,
+        newstyle=False,
+    )
     env.globals.update(url=reverse, static=static)
     env.filters.update(filters)
     return env
