@@ -350,6 +350,8 @@ ALERT_EVAL_SECONDS = env_int("ALERT_EVAL_SECONDS", 5, minimum=1, maximum=300)
 ALERT_GROUP_SECONDS = env_int("ALERT_GROUP_SECONDS", 30, minimum=0, maximum=3600)
 ALERT_REMIND_HOURS = env_int("ALERT_REMIND_HOURS", 4, minimum=0)  # 0: no reminders
 ALERT_RETRY_HOURS = env_int("ALERT_RETRY_HOURS", 24, minimum=1)
+# Chat and webhook channels (alerts.AlertChannel): each post's connect + read timeout.
+ALERT_CHANNEL_TIMEOUT = env_int("ALERT_CHANNEL_TIMEOUT", 10, minimum=1, maximum=120)
 # Unset: one more leaseDurationSeconds of each lease.
 ALERT_LEASE_GRACE_SECONDS: int | None = (
     env_int("ALERT_LEASE_GRACE_SECONDS", 0, minimum=0)
