@@ -6,6 +6,7 @@ of clipping the text to what the column holds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -13,6 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from alerts.models import Incident, IncidentEvent
 
 EVENT_TEXT_LIMIT = 1000
+MESSAGE_ID_LIMIT = 300
 
 
 def clip(text: str, limit: int) -> str:
@@ -26,8 +28,26 @@ def incident_event(
     text: str,
     now: datetime,
     user: AbstractBaseUser | None = None,
+    *,
+    args: Mapping[str, object] | None = None,
 ) -> IncidentEvent:
-    """An unsaved timeline entry (callers save one or bulk-create many)."""
+    """An unsaved timeline entry (callers save one or bulk-create many).
+
+    With `args`, `text` is an English message id (marked with `gettext_noop`) whose
+    `%(name)s` placeholders `args` fills: kept filled in as `text`, and as id and values for
+    readers of other languages (`IncidentEvent.display_text`). Values are stored as text.
+    """
+    if args is None:
+        return IncidentEvent(
+            incident=incident, kind=kind, text=clip(text, EVENT_TEXT_LIMIT), at=now, user=user
+        )
+    values = {name: str(value) for name, value in args.items()}
     return IncidentEvent(
-        incident=incident, kind=kind, text=clip(text, EVENT_TEXT_LIMIT), at=now, user=user
+        incident=incident,
+        kind=kind,
+        text=clip(text % values, EVENT_TEXT_LIMIT),
+        message=text if len(text) <= MESSAGE_ID_LIMIT else "",
+        message_args=values,
+        at=now,
+        user=user,
     )

@@ -17,6 +17,7 @@ from django.core.validators import validate_email
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from dashboard.encryption import EncryptedTextField
 
@@ -231,7 +232,12 @@ class IncidentEvent(models.Model):
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField()
     kind = models.CharField(max_length=20, choices=Kind.choices)
+    # As written, in English (logs, the API, rows from before translations).
     text = models.CharField(max_length=1000, blank=True)
+    # The same as a message id with its values, so each reader sees it in their language
+    # (`display_text`): "mail held back: silenced by %(who)s until %(until)s".
+    message = models.CharField(max_length=300, blank=True)
+    message_args = models.JSONField(default=dict, blank=True)
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -246,6 +252,17 @@ class IncidentEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.incident_id} {self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def display_text(self) -> str:
+        """The entry in the active language; as written when it has no message id, or when
+        a translation's placeholders do not fit its values."""
+        if not self.message:
+            return self.text
+        try:
+            return gettext(self.message) % self.message_args
+        except (KeyError, TypeError, ValueError):
+            return self.text
 
 
 class SilenceQuerySet(models.QuerySet["Silence"]):
