@@ -25,6 +25,7 @@ from statistics import median
 
 from django.db import models
 from django.db.models import OuterRef, Q, Subquery
+from django.utils.translation import gettext_lazy as _
 
 from leases.models import KubeCluster, Lease, LeaseClass, LeaseHolderSpan, WatchCoverage
 
@@ -54,9 +55,9 @@ class Availability:
 
 
 class SegmentKind(models.TextChoices):
-    HELD = "held", "held"
-    GAP = "gap", "leaderless"
-    UNOBSERVED = "unobserved", "not observed"
+    HELD = "held", _("held")
+    GAP = "gap", _("leaderless")
+    UNOBSERVED = "unobserved", _("not observed")
 
 
 @dataclass(frozen=True, slots=True)

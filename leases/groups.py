@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import models, transaction
+from django.utils.translation import gettext_lazy as _
 
 from dashboard.natural import natural_key
 from leases.models import KubeCluster, LeaderGroup, Lease, LeaseLibrary, LeaseState
@@ -52,19 +53,19 @@ GROUP_LEASE_FIELDS = (
 
 
 class SlotState(models.TextChoices):
-    HELD = "held", "held"
-    EXPIRED = "expired", "expired"
-    FREE = "free", "free (released)"
+    HELD = "held", _("held")
+    EXPIRED = "expired", _("expired")
+    FREE = "free", _("free (released)")
     # Within the group's known size, but no lease of that name was seen.
-    UNSEEN = "unseen", "never seen"
+    UNSEEN = "unseen", _("never seen")
 
 
 class GroupStatus(models.TextChoices):
-    STAFFED = "staffed", "staffed"
+    STAFFED = "staffed", _("staffed")
     # An admin recorded the group's size, and fewer slots than that are held.
-    DEGRADED = "degraded", "degraded"
+    DEGRADED = "degraded", _("degraded")
     # No slot is held: the group has no leader at all.
-    UNSTAFFED = "unstaffed", "unstaffed"
+    UNSTAFFED = "unstaffed", _("unstaffed")
 
 
 _SLOT_STATES = {

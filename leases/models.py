@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from dashboard.encryption import EncryptedTextField
 
@@ -20,18 +21,18 @@ WATCHER_STALE_AFTER = timedelta(seconds=30)
 class ResourceWatchState(models.TextChoices):
     """Where the watch of one resource (Nodes) of one cluster stands, in words."""
 
-    NOT_STARTED = "not_started", "not started"
-    WATCHING = "watching", "watching"
-    RECONNECTING = "reconnecting", "reconnecting"
-    FORBIDDEN = "forbidden", "forbidden (RBAC)"
-    NOT_SERVED = "not_served", "not served"
-    ERROR = "error", "error"
+    NOT_STARTED = "not_started", _("not started")
+    WATCHING = "watching", _("watching")
+    RECONNECTING = "reconnecting", _("reconnecting")
+    FORBIDDEN = "forbidden", _("forbidden (RBAC)")
+    NOT_SERVED = "not_served", _("not served")
+    ERROR = "error", _("error")
 
 
 class KubeCluster(models.Model):
     class Source(models.TextChoices):
         KUBECONFIG = "kubeconfig", "kubeconfig"
-        IN_CLUSTER = "in_cluster", "in-cluster service account"
+        IN_CLUSTER = "in_cluster", _("in-cluster service account")
 
     name = models.SlugField(max_length=63, unique=True)
     enabled = models.BooleanField(default=True)
@@ -58,14 +59,16 @@ class KubeCluster(models.Model):
     reconnects_total = models.BigIntegerField(default=0)
     relists_total = models.BigIntegerField(default=0)
     lag_seconds = models.FloatField(
-        default=0.0, help_text="Worst event-to-commit delay, last flush."
+        default=0.0, help_text=_("Worst event-to-commit delay, last flush.")
     )
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
     skipped_objects_total = models.BigIntegerField(
         default=0,
-        help_text="Objects from the API server skipped or cleaned because they could not be "
-        "stored as sent (a NUL character, say).",
+        help_text=_(
+            "Objects from the API server skipped or cleaned because they could not be "
+            "stored as sent (a NUL character, say)."
+        ),
     )
     candidates_api = models.CharField(max_length=40, blank=True)
     # Why LeaseCandidates are missing, when they are: "forbidden" (RBAC), "not_served" (an
@@ -103,24 +106,24 @@ class KubeCluster(models.Model):
 
 
 class LeaseClass(models.TextChoices):
-    NODE_HEARTBEAT = "node_heartbeat", "node heartbeat"
-    CONTROL_PLANE = "control_plane", "control plane"
-    APISERVER_IDENTITY = "apiserver_identity", "API server identity"
-    LEADER_ELECTION = "leader_election", "leader election"
+    NODE_HEARTBEAT = "node_heartbeat", _("node heartbeat")
+    CONTROL_PLANE = "control_plane", _("control plane")
+    APISERVER_IDENTITY = "apiserver_identity", _("API server identity")
+    LEADER_ELECTION = "leader_election", _("leader election")
 
 
 class LeaseLibrary(models.TextChoices):
     """Which leader-election library wrote a Lease (leases/leader_k8s.py recognises it)."""
 
     LEADER_K8S = "leader_k8s", "leader-k8s (bluetape4k)"
-    COORDINATED = "coordinated", "coordinated leader election"
-    PLAIN = "plain", "plain (client-go style)"
+    COORDINATED = "coordinated", _("coordinated leader election")
+    PLAIN = "plain", _("plain (client-go style)")
 
 
 class LeaseState(models.TextChoices):
-    HELD = "held", "held"
-    EXPIRED = "expired", "expired"
-    RELEASED = "released", "released"
+    HELD = "held", _("held")
+    EXPIRED = "expired", _("expired")
+    RELEASED = "released", _("released")
 
 
 def lease_state(holder: str, expires_at: datetime | None, now: datetime) -> LeaseState:
@@ -307,7 +310,7 @@ class LeaderGroup(models.Model):
     expected_size = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
-        help_text="maxLeaders of the group's elector: the number of slots that should be held.",
+        help_text=_("maxLeaders of the group's elector: the number of slots that should be held."),
     )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
@@ -371,7 +374,8 @@ class ConditionStatus(models.TextChoices):
     TRUE = "True", "True"
     FALSE = "False", "False"
     UNKNOWN = "Unknown", "Unknown"
-    MISSING = "", "not reported"
+    # The three statuses are Kubernetes' own words, shown as written.
+    MISSING = "", _("not reported")
 
 
 class NodeQuerySet(models.QuerySet["Node"]):
