@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.urls import reverse
+from django.utils.translation import gettext, ngettext
 
 from dashboard.links import lease_url, path_segment
 from dashboard.timefmt import When, format_duration, iso_js, when
@@ -19,6 +20,7 @@ from leases.availability import WINDOWS, Availability, group_availability
 from leases.groups import GroupState, GroupStatus, Slot, SlotState, leader_group, leader_groups
 from leases.models import KubeCluster, LeaseTransition
 from leases.presenters.display import expiry_text, leases_prefix
+from leases.presenters.lease_detail import WINDOW_LABELS
 from leases.presenters.watchers import ClusterStatus, cluster_status, cluster_statuses
 
 # The holder changes of a group's slots shown on its page, newest first.
@@ -50,9 +52,11 @@ def slot_ranges(indexes: list[int]) -> list[SlotRange]:
 def size_text(group: GroupState) -> str:
     """What is known of the group's size: recorded by an admin, or proven by the slots seen."""
     if group.expected is not None:
-        return f"{group.expected} expected"
+        return gettext("%(expected)s expected") % {"expected": group.expected}
     size = group.least_size
-    return f"≥ {size} slot{'s' if size != 1 else ''} (highest slot seen)"
+    return ngettext(
+        "≥ %(size)s slot (highest slot seen)", "≥ %(size)s slots (highest slot seen)", size
+    ) % {"size": size}
 
 
 def group_url(cluster: str, namespace: str, name: str) -> str:
@@ -160,6 +164,7 @@ def slot_row(slot: Slot, cluster: str, prefix: str, now: datetime) -> SlotRow:
 @dataclass(slots=True)
 class AvailabilityRow:
     window: str
+    window_label: str
     ratio: float | None
     percent: str  # "—" when nothing of the window was observed
     observed: str
@@ -171,6 +176,7 @@ class AvailabilityRow:
 def availability_row(figures: Availability) -> AvailabilityRow:
     return AvailabilityRow(
         window=figures.window,
+        window_label=str(WINDOW_LABELS.get(figures.window, figures.window)),
         ratio=figures.ratio,
         percent="—" if figures.ratio is None else f"{figures.ratio * 100:.2f} %",
         observed=format_duration(figures.observed_seconds),

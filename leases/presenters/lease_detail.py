@@ -8,14 +8,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
-from django.conf import settings
 from django.db.models import Count, Sum
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from dashboard.flapping import flap_policy
 from dashboard.links import path_segment
 from dashboard.natural import natural_key
-from dashboard.timefmt import When, format_duration, iso_js, local_moment_text, when
+from dashboard.timefmt import (
+    When,
+    format_duration,
+    iso_js,
+    local_moment_text,
+    relative_text,
+    when,
+)
 from leases.availability import (
     ELECTION_CLASSES,
     WINDOWS,
@@ -48,6 +57,8 @@ CANDIDATE_ALIVE_WITHIN = timedelta(minutes=1)
 TIMELINE_LIMIT = 200
 # The availability strip covers the last day, like the NKS health strip.
 STRIP_WINDOW = "24h"
+# Each of WINDOWS in words (its key stays in the data attributes and the API).
+WINDOW_LABELS = {"1h": _("1 hour"), "24h": _("24 hours"), "7d": _("7 days")}
 # Holders on the strip take these many colours in turn (static/css/dashboard.css .tl-cN).
 STRIP_COLOURS = 6
 # A leaderless or unobserved stretch is drawn at least this share of the strip wide: a
@@ -104,6 +115,7 @@ class LeaseStrip:
     segments: list[StripSegment]
     seconds: int
     window: str
+    window_label: str
     start_label: str
     holders: list[StripHolder]  # the legend: at most STRIP_LEGEND_LIMIT
     more_holders: int
@@ -112,6 +124,7 @@ class LeaseStrip:
 @dataclass(frozen=True, slots=True)
 class AvailabilityRow:
     window: str
+    window_label: str
     figures: Availability
     percent: str  # "" when nothing was observed
     observed: str
@@ -168,6 +181,10 @@ class LeaseDetail:
     # Leader-election and control-plane leases only: figures per window and the strip.
     availability: list[AvailabilityRow] | None = None
     strip: LeaseStrip | None = None
+    # In the reader's language: the state's word, the duration, "0 s ago" for the refresh line.
+    state_label: str = ""
+    duration_text: str = ""
+    updated_text: str = ""
 
 
 def _change_time(transition: LeaseTransition) -> datetime:
@@ -289,7 +306,7 @@ def lease_detail(cluster: str, namespace: str, name: str, now: datetime) -> Leas
         raw_json=json.dumps(lease.raw, indent=2, sort_keys=True, ensure_ascii=False),
         server_now=iso_js(now),
         list_url=f"{leases_prefix()}?{urlencode({'cluster': cluster, 'namespace': namespace})}",
-        time_zone=settings.TIME_ZONE,
+        time_zone=timezone.get_current_timezone_name(),
         flap_window=format_duration(policy.window.total_seconds()),
         node_url=_node_url(lease),
         library_label=LeaseLibrary(lease.library).label,
@@ -299,6 +316,14 @@ def lease_detail(cluster: str, namespace: str, name: str, now: datetime) -> Leas
         group_url=_group_url(lease),
         availability=availability,
         strip=strip,
+        state_label=str(state.label),
+        duration_text=(
+            ""
+            if lease.lease_duration_seconds is None
+            # Exact: leaseDurationSeconds is a setting, not an age to round.
+            else gettext("%(seconds)s s") % {"seconds": lease.lease_duration_seconds}
+        ),
+        updated_text=relative_text(0),
     )
 
 
@@ -327,6 +352,7 @@ def _availability_row(figures: Availability) -> AvailabilityRow:
     median = figures.median_takeover_seconds
     return AvailabilityRow(
         window=figures.window,
+        window_label=str(WINDOW_LABELS.get(figures.window, figures.window)),
         figures=figures,
         # Two decimals: 99.95 % and 99.5 % are different days for an on-call engineer.
         percent="" if ratio is None else ("100 %" if ratio == 1 else f"{ratio * 100:.2f} %"),
@@ -382,6 +408,7 @@ def lease_strip(segments: Sequence[Segment], now: datetime) -> LeaseStrip:
         segments=drawn,
         seconds=seconds,
         window=STRIP_WINDOW,
+        window_label=str(WINDOW_LABELS[STRIP_WINDOW]),
         start_label=local_moment_text(start),
         holders=holders[:STRIP_LEGEND_LIMIT],
         more_holders=max(0, len(holders) - STRIP_LEGEND_LIMIT),
