@@ -1,26 +1,37 @@
-"""Mail delivery: send a planned `Notification` once, with retries, never losing it.
+"""Delivery: send a planned `Notification` (a mail or a channel message) once, with retries.
 
-`deliver_notification` claims a row with a conditional update before it talks to SMTP;
-its docstring says why a crash costs at most one duplicate and never a lost mail. Failed
-attempts back off exponentially until ALERT_RETRY_HOURS; a permanent SMTP refusal ends
-the row at once.
+`deliver_notification` claims a row with a conditional update before it talks to SMTP or
+to a channel's endpoint; its docstring says why a crash costs at most one duplicate and
+never a lost alert. Failed attempts back off exponentially until ALERT_RETRY_HOURS; a
+permanent refusal (SMTP 5xx, HTTP 4xx other than 429) ends the row at once.
+
+A channel message also respects the channel's rate (`max_per_minute`, counted over its sent
+rows of the last minute): over it, the row waits for a free slot without an attempt counted.
+When a channel has several due rows at send time, they go out as one summary message and
+the others are marked sent inside it (`folded_into`): a storm is one message per channel.
+A channel's URL and signing secret never reach a log line, `last_error` or `last_response`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import smtplib
 import uuid
 from collections import defaultdict
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
+from alerts.channels import http as channel_http
+from alerts.channels import payloads
+from alerts.channels.planning import TEST_GROUP, rendering_for
 from alerts.mail import build_message
-from alerts.models import DeliveryState, Notification
+from alerts.models import AlertChannel, ChannelKind, DeliveryState, Incident, Notification
 from alerts.queries import active_silences
 from dashboard.timefmt import iso_utc
 
@@ -39,6 +50,11 @@ def claim_seconds(recipients: int) -> float:
     the other, before its claim runs out.
     """
     return settings.EMAIL_TIMEOUT * (8 + recipients) + 30
+
+
+def channel_claim_seconds() -> float:
+    """A channel post: httpx bounds connect, write, read and pool waits by the timeout each."""
+    return settings.ALERT_CHANNEL_TIMEOUT * 4 + 30
 
 
 def _due(now: datetime) -> Q:
@@ -97,22 +113,24 @@ def deliver_notification(notification_id: int) -> DeliveryState | None:
     close that window, and choosing at-most-once instead would lose alerts. The copies
     share a Message-ID, so a mail client or MTA can tell them apart.
     """
-    row = Notification.objects.filter(pk=notification_id).values("recipients").first()
+    row = Notification.objects.filter(pk=notification_id).values("recipients", "channel_id").first()
     if row is None:
         return None
     now = timezone.now()
     token = uuid.uuid4().hex
+    hold = channel_claim_seconds() if row["channel_id"] else claim_seconds(len(row["recipients"]))
     claimed = Notification.objects.filter(_due(now), pk=notification_id).update(
         state=DeliveryState.SENDING,
         claim_token=token,
-        claimed_until=now + timedelta(seconds=claim_seconds(len(row["recipients"]))),
+        claimed_until=now + timedelta(seconds=hold),
         attempts=F("attempts") + 1,
     )
     if claimed != 1:
         return None
-    notification = Notification.objects.get(pk=notification_id)
+    notification = Notification.objects.select_related("channel").get(pk=notification_id)
+    silenced = set(active_silences(now))
     keys = set(notification.incidents.values_list("key", flat=True))
-    if keys and keys <= set(active_silences(now)):
+    if keys and keys <= silenced:
         _finish(
             notification,
             token,
@@ -120,6 +138,8 @@ def deliver_notification(notification_id: int) -> DeliveryState | None:
             last_error="not sent: every incident in it was silenced before it went out",
         )
         return DeliveryState.CANCELLED
+    if notification.channel is not None:
+        return _deliver_to_channel(notification, notification.channel, token, now, silenced)
     try:
         build_message(notification).send(fail_silently=False)
     except Exception as error:
@@ -157,6 +177,207 @@ def _delivery_failed(notification: Notification, token: str, error: Exception) -
         "alerts: notification %s not sent (%s); retrying at %s",
         notification.pk,
         text,
+        iso_utc(retry_at),
+    )
+    return DeliveryState.PENDING
+
+
+# --- Channel messages ------------------------------------------------------------------------
+
+
+def _rate_wait(channel: AlertChannel, now: datetime) -> datetime | None:
+    """When the channel next has a free slot, or None if it has one now (0: no limit)."""
+    limit = channel.max_per_minute
+    if not limit:
+        return None
+    recent = list(
+        Notification.objects.filter(
+            channel=channel,
+            folded_into__isnull=True,
+            sent_at__gt=now - timedelta(minutes=1),
+        )
+        .order_by("sent_at")
+        .values_list("sent_at", flat=True)
+    )
+    if len(recent) < limit:
+        return None
+    # The slot frees when the oldest message that keeps the count at the limit is a minute old.
+    return recent[len(recent) - limit] + timedelta(minutes=1)
+
+
+def _fold(
+    notification: Notification,
+    channel: AlertChannel,
+    token: str,
+    now: datetime,
+    silenced: set[str],
+) -> list[Notification]:
+    """Claim the channel's other due rows to go out inside this one; returns them."""
+    if notification.group == TEST_GROUP:
+        return []
+    due = (
+        Notification.objects.filter(
+            channel=channel, state=DeliveryState.PENDING, next_attempt_at__lte=now
+        )
+        .exclude(pk=notification.pk)
+        .exclude(group=TEST_GROUP)
+        .values_list("pk", flat=True)
+    )
+    Notification.objects.filter(pk__in=list(due), state=DeliveryState.PENDING).update(
+        state=DeliveryState.SENDING,
+        claim_token=token,
+        claimed_until=now + timedelta(seconds=channel_claim_seconds()),
+    )
+    folded = []
+    for row in (
+        Notification.objects.filter(claim_token=token, state=DeliveryState.SENDING)
+        .exclude(pk=notification.pk)
+        .prefetch_related("incidents")
+        .order_by("created_at", "id")
+    ):
+        keys = {incident.key for incident in row.incidents.all()}
+        if keys and keys <= silenced:
+            _finish(
+                row,
+                token,
+                state=DeliveryState.CANCELLED,
+                last_error="not sent: every incident in it was silenced before it went out",
+            )
+        else:
+            folded.append(row)
+    return folded
+
+
+def _summary(
+    notification: Notification, folded: list[Notification], channel: AlertChannel, now: datetime
+) -> dict[str, Any]:
+    parts: list[tuple[str, Incident]] = []
+    for row in [notification, *folded]:
+        parts += [(row.kind, incident) for incident in row.incidents.order_by("since", "id")]
+    with rendering_for(channel):
+        return payloads.summary(channel.kind, parts, 1 + len(folded), now)
+
+
+def _body(notification: Notification, channel: AlertChannel, payload: dict[str, Any]) -> bytes:
+    if channel.kind == ChannelKind.WEBHOOK:
+        # The row's number: the same on every retry, so a receiver can drop a duplicate.
+        payload = {"id": notification.pk, **payload}
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _deliver_to_channel(
+    notification: Notification,
+    channel: AlertChannel,
+    token: str,
+    now: datetime,
+    silenced: set[str],
+) -> DeliveryState:
+    if not channel.enabled:
+        _finish(
+            notification,
+            token,
+            state=DeliveryState.CANCELLED,
+            last_error="not sent: the channel was disabled before it went out",
+        )
+        return DeliveryState.CANCELLED
+    wait_until = _rate_wait(channel, now)
+    if wait_until is not None:
+        # Waiting for a slot is not a failed attempt: it does not count, and is not an error.
+        _finish(
+            notification,
+            token,
+            state=DeliveryState.PENDING,
+            next_attempt_at=wait_until,
+            attempts=F("attempts") - 1,
+        )
+        logger.info(
+            "alerts: channel %s is at its rate limit; message %s waits until %s",
+            channel.name,
+            notification.pk,
+            iso_utc(wait_until),
+        )
+        return DeliveryState.PENDING
+    folded = _fold(notification, channel, token, now, silenced)
+    payload = _summary(notification, folded, channel, now) if folded else notification.payload
+    try:
+        result = channel_http.post(
+            channel.url,
+            _body(notification, channel, payload),
+            timeout=settings.ALERT_CHANNEL_TIMEOUT,
+            signing_secret=channel.signing_secret if channel.kind == ChannelKind.WEBHOOK else "",
+        )
+    except Exception:
+        # Not an HTTP failure (those are results): a bug. The row retries; the traceback is
+        # logged without the locals that hold the URL.
+        logger.error(
+            "alerts: unexpected error posting message %s to channel %s",
+            notification.pk,
+            channel.name,
+        )
+        result = channel_http.PostResult(channel_http.Outcome.RETRY, "unexpected error")
+    folded_ids = [row.pk for row in folded]
+    sent_at = timezone.now()
+    if result.outcome == channel_http.Outcome.DELIVERED:
+        fields: dict[str, Any] = {
+            "state": DeliveryState.SENT,
+            "sent_at": sent_at,
+            "last_error": "",
+            "last_response": result.response,
+        }
+        if folded:
+            fields["payload"] = payload
+        _finish(notification, token, **fields)
+        Notification.objects.filter(pk__in=folded_ids, claim_token=token).update(
+            state=DeliveryState.SENT,
+            sent_at=sent_at,
+            folded_into=notification,
+            claimed_until=None,
+            last_error="",
+        )
+        return DeliveryState.SENT
+    attempts = notification.attempts
+    retry_at = sent_at + timedelta(
+        seconds=result.retry_after
+        if result.retry_after is not None
+        else retry_delay(notification.attempts)
+    )
+    give_up_at = notification.created_at + timedelta(hours=settings.ALERT_RETRY_HOURS)
+    if result.outcome == channel_http.Outcome.PERMANENT or retry_at > give_up_at:
+        reason = (
+            "refused for good" if result.outcome == channel_http.Outcome.PERMANENT else "gave up"
+        )
+        text = f"{result.text} ({reason} after {attempts} attempt{'s' if attempts != 1 else ''})"
+        _finish(
+            notification,
+            token,
+            state=DeliveryState.FAILED,
+            last_error=text,
+            last_response=result.response,
+        )
+        # The folded rows would meet the same answer; they go back to wait on their own.
+        Notification.objects.filter(pk__in=folded_ids, claim_token=token).update(
+            state=DeliveryState.PENDING, next_attempt_at=retry_at, claimed_until=None
+        )
+        logger.error(
+            "alerts: message %s to channel %s failed: %s", notification.pk, channel.name, text
+        )
+        return DeliveryState.FAILED
+    _finish(
+        notification,
+        token,
+        state=DeliveryState.PENDING,
+        last_error=result.text,
+        last_response=result.response,
+        next_attempt_at=retry_at,
+    )
+    Notification.objects.filter(pk__in=folded_ids, claim_token=token).update(
+        state=DeliveryState.PENDING, next_attempt_at=retry_at, claimed_until=None
+    )
+    logger.warning(
+        "alerts: message %s to channel %s not sent (%s); retrying at %s",
+        notification.pk,
+        channel.name,
+        result.text,
         iso_utc(retry_at),
     )
     return DeliveryState.PENDING

@@ -1,15 +1,19 @@
-"""Mail planning: which incidents are mailed to whom, now, as `Notification` rows.
+"""Alert planning: which incidents are mailed to whom, and posted to which channel, now.
 
 `plan_notifications` runs after every evaluation: who gets what, grouped per cluster, held
-back by silences and inhibition, reminders as a digest. The rows are committed before any
-task is queued, so a lost task message delays mail, never loses it: the
-`send_due_notifications` sweep finds every due row (`alerts.delivery` sends them).
+back by silences and inhibition, reminders as a digest. Each mail is rendered in its
+recipients' language and time zone (one row per language, zone and set of incidents); each
+alert channel (Dooray!, Slack, webhook) gets its own rows, planned alike by
+`alerts.channels.planning`. The rows are committed before any task is queued, so a lost task
+message delays an alert, never loses it: the `send_due_notifications` sweep finds every due
+row (`alerts.delivery` sends them).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import zoneinfo
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +21,9 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.utils.translation import gettext_noop
 
+from alerts.channels import planning as channel_planning
 from alerts.conditions import RuleConfig
 from alerts.events import incident_event
 from alerts.mail import render_notification
@@ -54,23 +60,58 @@ INHIBITED_BY_API_DOWN = frozenset(
 )
 
 
+# A recipient's language and time zone: what their mail is rendered in.
+Profile = tuple[str, str]
+
+
+def mail_profile(language: str = "", time_zone: str = "") -> Profile:
+    """A saved choice, or the alert mail defaults for what was not chosen (or is no longer
+    valid: a language since removed from LANGUAGES, a zone the system no longer knows)."""
+    languages = {code for code, _ in settings.LANGUAGES}
+    if language not in languages:
+        language = settings.ALERT_EMAIL_LANGUAGE
+    if time_zone:
+        try:
+            zoneinfo.ZoneInfo(time_zone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            time_zone = ""
+    return language, time_zone or settings.TIME_ZONE
+
+
 @dataclass(frozen=True, slots=True)
 class Audience:
-    """Who may get mail: ALERT_EMAIL_TO, and users subscribed on their profile page."""
+    """Who may get mail: ALERT_EMAIL_TO, and users subscribed on their profile page.
+
+    A subscriber's mail is in their saved language and zone; every other address (ALERT_EMAIL_TO,
+    a rule's recipients) gets ALERT_EMAIL_LANGUAGE and TIME_ZONE. An address that is both a
+    subscriber's and in a list is one person: their own choice wins.
+    """
 
     default: tuple[str, ...]
     subscribers: tuple[tuple[str, int], ...]
+    profiles: dict[str, Profile] = field(default_factory=dict)
 
     @classmethod
     def load(cls) -> Audience:
         rows = (
             AlertSubscription.objects.filter(enabled=True, user__is_active=True)
             .exclude(user__email="")
-            .values_list("user__email", "min_severity")
+            .values_list(
+                "user__email",
+                "min_severity",
+                "user__preference__language",
+                "user__preference__time_zone",
+            )
         )
+        subscribers = []
+        profiles: dict[str, Profile] = {}
+        for email, minimum, language, time_zone in rows:
+            subscribers.append((email, severity_rank(minimum)))
+            profiles[email.strip().lower()] = mail_profile(language or "", time_zone or "")
         return cls(
             default=tuple(settings.ALERT_EMAIL_TO),
-            subscribers=tuple((email, severity_rank(minimum)) for email, minimum in rows),
+            subscribers=tuple(subscribers),
+            profiles=profiles,
         )
 
     def recipients_for(self, incident: Incident, config: RuleConfig) -> list[str]:
@@ -80,6 +121,9 @@ class Audience:
         rank = severity_rank(incident.severity)
         addresses += [email for email, minimum in self.subscribers if rank >= minimum]
         return split_addresses(",".join(addresses))
+
+    def profile_of(self, address: str) -> Profile:
+        return self.profiles.get(address.lower()) or mail_profile()
 
 
 @dataclass(slots=True)
@@ -102,23 +146,60 @@ def inhibiting_incidents(incidents: Iterable[Incident]) -> dict[str, Incident]:
     return inhibitors
 
 
+# Timeline texts are message ids with values (alerts.events.incident_event), so each reader
+# sees them in their language; the values are data and times, never translated.
+SILENCED_BY = gettext_noop("mail held back: silenced by %(who)s until %(until)s")
+SILENCED = gettext_noop("mail held back: silenced until %(until)s")
+INHIBITED = gettext_noop(
+    "mail held back: the cluster's API is down (%(cause)s); it is mailed if it outlasts that"
+)
+UNHELD = gettext_noop("mail no longer held back")
+NO_RESOLVE_SILENCED = gettext_noop("no resolve mail: silenced")
+QUEUED = {
+    NotificationKind.OPENED: gettext_noop(
+        "opened mail #%(id)s queued (recipients: %(count)s, language: %(language)s)"
+    ),
+    NotificationKind.RESOLVED: gettext_noop(
+        "resolved mail #%(id)s queued (recipients: %(count)s, language: %(language)s)"
+    ),
+    NotificationKind.REMINDER: gettext_noop(
+        "reminder mail #%(id)s queued (recipients: %(count)s, language: %(language)s)"
+    ),
+}
+NOBODY = {
+    NotificationKind.OPENED: gettext_noop(
+        "no opened mail: no recipients (set ALERT_EMAIL_TO, a rule's recipients in admin, "
+        "or subscribe at /alerts/subscription/)"
+    ),
+    NotificationKind.RESOLVED: gettext_noop(
+        "no resolved mail: no recipients (set ALERT_EMAIL_TO, a rule's recipients in admin, "
+        "or subscribe at /alerts/subscription/)"
+    ),
+    NotificationKind.REMINDER: gettext_noop(
+        "no reminder mail: no recipients (set ALERT_EMAIL_TO, a rule's recipients in admin, "
+        "or subscribe at /alerts/subscription/)"
+    ),
+}
+
+
 def _hold_for(
     incident: Incident, silences: dict[str, Silence], inhibitors: dict[str, Incident]
-) -> tuple[str, str]:
+) -> tuple[str, str, dict[str, object]]:
+    """Whether mail about `incident` is held back now, and the timeline's message and values."""
     silence = silences.get(incident.key)
     if silence is not None:
-        who = silence.created_by.get_username() if silence.created_by else "someone"
+        until = mail_moment_text(silence.ends_at)
+        if silence.created_by is None:
+            return Hold.SILENCED, SILENCED, {"until": until}
         return (
             Hold.SILENCED,
-            f"mail held back: silenced by {who} until {mail_moment_text(silence.ends_at)}",
+            SILENCED_BY,
+            {"who": silence.created_by.get_username(), "until": until},
         )
     inhibitor = inhibitors.get(incident.cluster)
     if incident.rule in INHIBITED_BY_API_DOWN and inhibitor is not None:
-        return Hold.INHIBITED, (
-            f"mail held back: the cluster's API is down ({inhibitor.title}); "
-            "it is mailed if it outlasts that"
-        )
-    return Hold.NONE, "mail no longer held back"
+        return Hold.INHIBITED, INHIBITED, {"cause": inhibitor.title}
+    return Hold.NONE, UNHELD, {}
 
 
 @transaction.atomic
@@ -142,11 +223,13 @@ def plan_notifications(now: datetime, *, dispatch: bool = True) -> list[int]:
     # the symptoms' mail should not race ahead of it. If it clears, the symptoms are mailed.
     inhibitors = inhibiting_incidents(unresolved)
     for incident in open_incidents:
-        hold, text = _hold_for(incident, silences, inhibitors)
+        hold, message, args = _hold_for(incident, silences, inhibitors)
         if hold != incident.hold:
             incident.hold = hold
             Incident.objects.filter(pk=incident.pk).update(hold=hold)
-            plan.events.append(incident_event(incident, IncidentEvent.Kind.HELD, text, now))
+            plan.events.append(
+                incident_event(incident, IncidentEvent.Kind.HELD, message, now, args=args)
+            )
 
     resolved = []
     for incident in Incident.objects.select_for_update().filter(
@@ -156,7 +239,7 @@ def plan_notifications(now: datetime, *, dispatch: bool = True) -> list[int]:
             incident.resolve_notice = Notice.SKIPPED
             incident.save(update_fields=["resolve_notice"])
             plan.events.append(
-                incident_event(incident, IncidentEvent.Kind.HELD, "no resolve mail: silenced", now)
+                incident_event(incident, IncidentEvent.Kind.HELD, NO_RESOLVE_SILENCED, now, args={})
             )
         else:
             resolved.append(incident)
@@ -166,6 +249,16 @@ def plan_notifications(now: datetime, *, dispatch: bool = True) -> list[int]:
     _plan_grouped(plan, NotificationKind.OPENED, announce)
 
     _plan_reminders(plan, open_incidents)
+    # Chat and webhook channels: the same incidents, holds and windows, counted per channel.
+    for channel in channel_planning.enabled_channels():
+        channel_planning.plan_channel(
+            channel,
+            now,
+            unresolved=unresolved,
+            silences=silences,
+            created=plan.created,
+            events=plan.events,
+        )
     IncidentEvent.objects.bulk_create(plan.events)
     ids = [notification.pk for notification in plan.created]
     if dispatch and ids:
@@ -182,7 +275,7 @@ def _plan_grouped(plan: _Plan, kind: NotificationKind, incidents: Sequence[Incid
         if (
             window
             and Notification.objects.filter(
-                kind=kind, group=group, created_at__gt=plan.now - window
+                kind=kind, group=group, channel__isnull=True, created_at__gt=plan.now - window
             ).exists()
         ):
             continue  # collected into one mail when the window since the last one ends
@@ -215,7 +308,7 @@ def _plan_reminders(plan: _Plan, open_incidents: Sequence[Incident]) -> None:
 def _create_notifications(
     plan: _Plan, kind: NotificationKind, group: str, incidents: Sequence[Incident]
 ) -> None:
-    """One notification per distinct set of incidents a recipient should get."""
+    """One notification per language, time zone and distinct set of incidents."""
     wanted: dict[str, set[int]] = {}
     spelling: dict[str, str] = {}
     nobody = []
@@ -226,13 +319,17 @@ def _create_notifications(
         for address in addresses:
             spelling.setdefault(address.lower(), address)
             wanted.setdefault(address.lower(), set()).add(incident.pk)
-    by_set: dict[frozenset[int], list[str]] = defaultdict(list)
+    by_set: dict[tuple[Profile, frozenset[int]], list[str]] = defaultdict(list)
     for address, ids in wanted.items():
-        by_set[frozenset(ids)].append(spelling[address])
+        by_set[(plan.audience.profile_of(address), frozenset(ids))].append(spelling[address])
     by_id = {incident.pk: incident for incident in incidents}
-    for ids, recipients in by_set.items():
+    for ((language, time_zone), ids), recipients in sorted(
+        by_set.items(), key=lambda item: (item[0][0], sorted(item[0][1]))
+    ):
         members = [by_id[pk] for pk in sorted(ids)]
-        rendered = render_notification(kind, members, plan.now)
+        rendered = render_notification(
+            kind, members, plan.now, language=language, time_zone=time_zone
+        )
         notification = Notification.objects.create(
             kind=kind,
             group=group,
@@ -240,33 +337,28 @@ def _create_notifications(
             subject=rendered.subject,
             body_text=rendered.text,
             body_html=rendered.html,
+            language=language,
+            time_zone=time_zone,
             created_at=plan.now,
             next_attempt_at=plan.now,
         )
         notification.incidents.add(*members)
         plan.created.append(notification)
-        count = len(recipients)
         for incident in members:
             plan.events.append(
                 incident_event(
                     incident,
                     IncidentEvent.Kind.MAIL,
-                    f"{kind} mail #{notification.pk} queued for {count} "
-                    f"recipient{'s' if count != 1 else ''}",
+                    QUEUED[kind],
                     plan.now,
+                    args={"id": notification.pk, "count": len(recipients), "language": language},
                 )
             )
     mailed = [incident.pk for incident in incidents if incident not in nobody]
     skipped = [incident.pk for incident in nobody]
     for incident in nobody:
         plan.events.append(
-            incident_event(
-                incident,
-                IncidentEvent.Kind.HELD,
-                f"no {kind} mail: no recipients (set ALERT_EMAIL_TO, a rule's recipients in "
-                "admin, or subscribe at /alerts/subscription/)",
-                plan.now,
-            )
+            incident_event(incident, IncidentEvent.Kind.HELD, NOBODY[kind], plan.now, args={})
         )
     if kind == NotificationKind.OPENED:
         Incident.objects.filter(pk__in=mailed).update(
