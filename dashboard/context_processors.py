@@ -1,30 +1,47 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from dashboard.preferences import NO_PREFERENCE
+from dashboard.timefmt import js_time_words
 
 NAVIGATION = (
-    ("overview", "Overview", "overview"),
-    ("leases", "Leases", "leases:index"),
-    ("nks", "Clusters", "nks:index"),
-    ("alerts", "Alerts", "alerts:index"),
+    ("overview", _("Overview"), "overview"),
+    ("leases", _("Leases"), "leases:index"),
+    ("nks", _("Clusters"), "nks:index"),
+    ("alerts", _("Alerts"), "alerts:index"),
 )
 
 
 def page_refresh(request: HttpRequest) -> dict[str, Any]:
-    """Seconds between htmx refreshes of live regions: one pace for every page."""
-    return {"refresh_seconds": settings.PAGE_REFRESH_SECONDS}
+    """Seconds between htmx refreshes of live regions: one pace for every page; and the
+    active language's words for the ages dashboard.js ticks between refreshes."""
+    return {
+        "refresh_seconds": settings.PAGE_REFRESH_SECONDS,
+        "time_words_json": json.dumps(js_time_words(), ensure_ascii=False),
+    }
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:
-    """The navigation items and which one is current, for base.html."""
+    """The header of base.html: navigation items and which one is current, the language
+    switch, and whether the browser's time zone is still to be offered."""
     match = getattr(request, "resolver_match", None)
     current = (match.namespace or match.url_name) if match else None
+    preference = getattr(request, "user_preference", NO_PREFERENCE)
+    user = getattr(request, "user", None)
+    signed_in = user is not None and user.is_authenticated
     return {
         "navigation": [
             {"key": key, "label": label, "url_name": url_name, "current": key == current}
             for key, label, url_name in NAVIGATION
-        ]
+        ],
+        "header_languages": settings.LANGUAGES,
+        "offer_time_zone": signed_in and preference.offer_time_zone,
+        "active_time_zone": timezone.get_current_timezone_name(),
     }

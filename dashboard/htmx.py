@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template import TemplateDoesNotExist
 from django.template.loader import get_template
+from django.utils import timezone, translation
 
 
 def render_page(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
@@ -39,15 +40,19 @@ def shared_partial(
 ) -> HttpResponse:
     """The `target` region, shared by everyone who asks for the same URL within `seconds`.
 
-    For regions whose content depends only on the URL (no user, no CSRF token), which many
-    engineers poll at once during an incident. Ages and countdowns tick in the browser from
-    absolute times, so a copy up to a second old looks the same. Login is still checked for
-    every request: only the rendering is shared.
+    For regions whose content depends only on the URL, the language and the time zone (no
+    user, no CSRF token), which many engineers poll at once during an incident. Ages and
+    countdowns tick in the browser from absolute times, so a copy up to a second old looks
+    the same. Login is still checked for every request: only the rendering is shared.
     """
     htmx = getattr(request, "htmx", None)
     if not seconds or not htmx or htmx.target != target or request.method != "GET":
         return render()
-    key = f"partial:{target}:" + hashlib.sha256(request.get_full_path().encode()).hexdigest()
+    # Words and local times differ by reader: a Korean reader in Seoul and an English one in
+    # UTC asking for the same URL each get their own copy.
+    reader = f"{translation.get_language()}|{timezone.get_current_timezone_name()}|"
+    digest = hashlib.sha256((reader + request.get_full_path()).encode()).hexdigest()
+    key = f"partial:{target}:{digest}"
     body = cache.get(key)
     if body is None:
         response = render()

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from dashboard.models import ApiToken, WorkerHeartbeat, hash_api_token
+from dashboard.timefmt import when
 
 OPERATORS_GROUP = "operators"
 OPERATOR_PERMISSIONS = (("dashboard", "change_clusters"),)
@@ -86,6 +87,8 @@ def worker_status(queues: tuple[str, ...] = ("default", "watch")) -> list[dict[s
             {
                 "queue": queue,
                 "seen_at": beat.seen_at if beat else None,
+                # Shown as its age, in the reader's language, with the exact UTC on hover.
+                "seen": when(beat.seen_at, now) if beat else None,
                 "age_seconds": beat.age_seconds(now) if beat else None,
                 "silent": beat is None or now - beat.seen_at > WORKER_SILENT_AFTER,
             }

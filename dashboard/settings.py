@@ -153,9 +153,14 @@ MIDDLEWARE = [
     "dashboard.hostile_input.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The language from the language cookie, Accept-Language or LANGUAGE_CODE (and
+    # Vary: Accept-Language); a saved choice outranks it in PreferenceMiddleware below.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # The signed-in person's saved language and time zone (one query; none when anonymous).
+    "dashboard.middleware.PreferenceMiddleware",
     # Cache-Control: no-store for logged-in users and the API; static files never get here.
     "dashboard.middleware.NoStoreMiddleware",
     # Every page needs a login unless its view says otherwise (login page, token API).

@@ -23,6 +23,9 @@ api_v1 = [
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("login/", oidc.LoginView.as_view(), name="login"),
+    path("language/", views.set_language, name="set_language"),
+    path("preferences/", views.preferences, name="preferences"),
+    path("preferences/time-zone-offer/", views.time_zone_offer, name="time_zone_offer"),
     # Single sign-on: /oidc/authenticate/ starts it, the provider returns to /oidc/callback/.
     path("oidc/", include("mozilla_django_oidc.urls")),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -1,18 +1,34 @@
-"""The overview page, the API's identity endpoint and the error pages."""
+"""The overview page, a person's preferences, the API's identity endpoint and the error pages."""
 
 from __future__ import annotations
 
 import sys
 
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_not_required
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
 from django.template import loader
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.functional import SimpleLazyObject
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext
+from django.views import i18n
+from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError as BrokerError
 
 from dashboard.api import api_view, json_response
+from dashboard.forms import PreferencesForm, TimeZoneOfferForm
 from dashboard.htmx import render_page
+from dashboard.preferences import (
+    answer_time_zone_offer,
+    language_codes,
+    load_preference,
+    save_language,
+    save_preferences,
+)
 from dashboard.services import can_change_clusters, worker_status
 from leases.presenters.overview import leases_overview
 from nks.presenters.overview import nks_overview
@@ -32,6 +48,81 @@ def overview(request: HttpRequest) -> HttpResponse:
             "nks": SimpleLazyObject(lambda: nks_overview(now)),
         },
     )
+
+
+@login_not_required
+@require_POST
+def set_language(request: HttpRequest) -> HttpResponse:
+    """The header's language switch: Django's cookie for everyone, and for a signed-in
+    person also their saved choice, so it follows them to other browsers and to alert mail."""
+    response = i18n.set_language(request)
+    language = request.POST.get("language", "")
+    if request.user.is_authenticated and language in language_codes():
+        save_language(request.user, language)
+    return response
+
+
+def _remember_language_cookie(response: HttpResponse, language: str) -> None:
+    # The cookie outranks Accept-Language for this browser: it must agree with the choice
+    # saved on the preferences page, or the login page would still use an older one.
+    if language:
+        response.set_cookie(
+            settings.LANGUAGE_COOKIE_NAME,
+            language,
+            max_age=settings.LANGUAGE_COOKIE_AGE,
+            path=settings.LANGUAGE_COOKIE_PATH,
+            secure=settings.LANGUAGE_COOKIE_SECURE,
+            httponly=settings.LANGUAGE_COOKIE_HTTPONLY,
+            samesite=settings.LANGUAGE_COOKIE_SAMESITE,
+        )
+    else:
+        response.delete_cookie(settings.LANGUAGE_COOKIE_NAME, path=settings.LANGUAGE_COOKIE_PATH)
+
+
+def preferences(request: HttpRequest) -> HttpResponse:
+    """Language and time zone, saved for the signed-in person (post/redirect/get)."""
+    if request.method == "POST":
+        form = PreferencesForm(request.POST)
+        if form.is_valid():
+            language = form.cleaned_data["language"]
+            save_preferences(
+                request.user, language=language, time_zone=form.cleaned_data["time_zone"]
+            )
+            # Said in the language just chosen: the next page is shown in it.
+            with translation.override(language or translation.get_language()):
+                messages.success(request, gettext("Preferences saved."))
+            response = redirect("preferences")
+            _remember_language_cookie(response, language)
+            return response
+        status = 400
+    else:
+        saved = load_preference(request.user.pk)
+        form = PreferencesForm(initial={"language": saved.language, "time_zone": saved.time_zone})
+        status = 200
+    return render(
+        request,
+        "dashboard/preferences.html",
+        {"form": form, "active_zone": timezone.get_current_timezone_name()},
+        status=status,
+    )
+
+
+@require_POST
+def time_zone_offer(request: HttpRequest) -> HttpResponse:
+    """The answer to the banner offering the browser's zone; either answer ends the offer."""
+    form = TimeZoneOfferForm(request.POST)
+    if form.is_valid():
+        use = form.cleaned_data["answer"] == "use"
+        answer_time_zone_offer(request.user, form.cleaned_data["time_zone"] if use else None)
+    else:
+        # Only a hand-made request gets here: the banner always sends a valid answer.
+        messages.error(request, gettext("The time zone was not saved: the answer was not valid."))
+    next_url = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        next_url = "/"
+    return HttpResponseRedirect(next_url)
 
 
 @api_view()
@@ -54,11 +145,14 @@ def server_error(request: HttpRequest) -> HttpResponse:
     # IntegrityError is a value the database refused: a bug of ours (or input we should
     # have refused), and a 503 would send the on-call engineer to a healthy database.
     if isinstance(exc, OperationalError | InterfaceError):
-        status, problem = 503, "The database is unreachable, so no data can be shown right now."
+        status = 503
+        problem = gettext("The database is unreachable, so no data can be shown right now.")
     elif isinstance(exc, BrokerError):
-        status, problem = 503, "The task broker is unreachable, so the action could not be queued."
+        status = 503
+        problem = gettext("The task broker is unreachable, so the action could not be queued.")
     else:
-        status, problem = 500, "Something went wrong on our side. The error has been logged."
+        status = 500
+        problem = gettext("Something went wrong on our side. The error has been logged.")
     if request.path.startswith("/api/"):
         return json_response({"error": problem}, status=status)
     body = loader.get_template("errors/error.html").render({"status": status, "problem": problem})

@@ -8,13 +8,39 @@
   var clockOffset = 0;
   var PAUSE_KEY = "dashboard:refresh-paused:";
 
-  // The same coarse units as leases.selectors.format_duration.
+  // The active language's words (<body data-time-words>, from dashboard.timefmt.js_time_words);
+  // English when a page has none (the error pages).
+  var WORDS = {
+    s: "{n} s", min: "{n} min", h: "{n} h", d: "{n} d",
+    ago: "{d} ago", "in": "in {d}", expired_for: "expired for {d}", expired: "expired",
+    pause: "Pause refresh", resume: "Resume refresh",
+    refresh_failed: "Refreshing failed; this is old data.",
+    tz_question: "Show times in %(zone)s (your browser's zone)?"
+  };
+  (function readWords() {
+    var raw = document.body && document.body.getAttribute("data-time-words");
+    if (!raw) return;
+    try {
+      var given = JSON.parse(raw);
+      for (var key in given) {
+        if (Object.prototype.hasOwnProperty.call(given, key)) WORDS[key] = given[key];
+      }
+    } catch (e) {
+      // Keep English rather than break the ticking.
+    }
+  })();
+
+  function fill(pattern, marker, value) {
+    return pattern.split(marker).join(value);
+  }
+
+  // The same coarse units as dashboard.timefmt.format_duration.
   function formatDuration(ms) {
     var s = Math.floor(Math.abs(ms) / 1000);
-    if (s < 120) return s + " s";
-    if (s < 7200) return Math.floor(s / 60) + " min";
-    if (s < 172800) return Math.floor(s / 3600) + " h";
-    return Math.floor(s / 86400) + " d";
+    if (s < 120) return fill(WORDS.s, "{n}", s);
+    if (s < 7200) return fill(WORDS.min, "{n}", Math.floor(s / 60));
+    if (s < 172800) return fill(WORDS.h, "{n}", Math.floor(s / 3600));
+    return fill(WORDS.d, "{n}", Math.floor(s / 86400));
   }
 
   function syncClock(root) {
@@ -35,7 +61,7 @@
     var pill = row.querySelector("[data-state-pill]");
     if (pill) {
       pill.className = "pill pill-bad";
-      pill.textContent = "expired";
+      pill.textContent = WORDS.expired;
     }
   }
 
@@ -46,11 +72,16 @@
       var from = Date.parse(ages[i].getAttribute("data-age-from"));
       if (isNaN(from)) continue;
       var age = now - from;
+      // data-age-pattern: a whole translated sentence with {d} for the duration (e.g.
+      // "{d} so far"); data-suffix: the older spelling, words appended after the duration.
+      var pattern = ages[i].getAttribute("data-age-pattern");
       var suffix = ages[i].getAttribute("data-suffix");
-      if (suffix !== null) {
+      if (pattern !== null) {
+        ages[i].textContent = fill(pattern, "{d}", formatDuration(Math.max(0, age)));
+      } else if (suffix !== null) {
         ages[i].textContent = formatDuration(Math.max(0, age)) + suffix;
       } else {
-        ages[i].textContent = age >= 0 ? formatDuration(age) + " ago" : "in " + formatDuration(age);
+        ages[i].textContent = fill(age >= 0 ? WORDS.ago : WORDS["in"], "{d}", formatDuration(age));
       }
     }
     var countdowns = document.querySelectorAll("[data-expires-at]");
@@ -59,9 +90,9 @@
       if (isNaN(at)) continue;
       var left = at - now;
       if (left > 0) {
-        countdowns[j].textContent = "in " + formatDuration(left);
+        countdowns[j].textContent = fill(WORDS["in"], "{d}", formatDuration(left));
       } else {
-        countdowns[j].textContent = "expired for " + formatDuration(left);
+        countdowns[j].textContent = fill(WORDS.expired_for, "{d}", formatDuration(left));
         markExpired(countdowns[j]);
       }
     }
@@ -92,7 +123,7 @@
     var id = button.getAttribute("data-refresh-toggle");
     var paused = isPaused(id);
     button.setAttribute("aria-pressed", paused ? "true" : "false");
-    button.textContent = paused ? "Resume refresh" : "Pause refresh";
+    button.textContent = paused ? WORDS.resume : WORDS.pause;
     var region = document.getElementById(id);
     if (region) region.classList.toggle("paused", paused);
   }
@@ -150,14 +181,35 @@
     if (status && !status.querySelector(".refresh-error")) {
       var note = document.createElement("strong");
       note.className = "refresh-error";
-      note.textContent = " Refreshing failed; this is old data. ";
+      note.textContent = " " + WORDS.refresh_failed + " ";
       status.insertBefore(note, status.firstChild);
     }
   }
   document.addEventListener("htmx:responseError", refreshFailed);
   document.addEventListener("htmx:sendError", refreshFailed);
 
+  // The browser's time zone, offered once (base.html's banner) when it differs from the zone
+  // the pages use; either answer is posted and the server stops offering it.
+  function offerTimeZone() {
+    var offer = document.querySelector("[data-tz-offer]");
+    if (!offer || !window.Intl || !Intl.DateTimeFormat) return;
+    var zone = "";
+    try {
+      zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "";
+    } catch (e) {
+      return;
+    }
+    if (!zone || zone === offer.getAttribute("data-active-zone")) return;
+    var field = offer.querySelector("[data-tz-field]");
+    var question = offer.querySelector("[data-tz-question]");
+    if (!field || !question) return;
+    field.value = zone;
+    question.textContent = fill(WORDS.tz_question, "%(zone)s", zone);
+    offer.hidden = false;
+  }
+
   function start() {
+    offerTimeZone();
     syncClock(document);
     showToggles();
     tick();

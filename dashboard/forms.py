@@ -1,0 +1,59 @@
+"""Forms of the dashboard app: a person's language and time zone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.utils.translation import gettext_lazy as _
+
+from dashboard.preferences import time_zone_choices
+
+
+class PreferencesForm(forms.Form):
+    """The preferences page. Blank means "not chosen": the browser's language, TIME_ZONE."""
+
+    language = forms.ChoiceField(
+        label=_("Language"),
+        required=False,
+        help_text=_("Without a choice, the language your browser asks for is used."),
+    )
+    time_zone = forms.ChoiceField(
+        label=_("Time zone"),
+        required=False,
+        help_text=_(
+            "Pages and alert e-mails show times in this zone;"
+            " the exact UTC time stays in the tooltip."
+        ),
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Language names stay in their own language (English, 한국어): a reader who cannot
+        # read the current page still finds theirs.
+        self.fields["language"].choices = [
+            ("", _("Your browser's language")),
+            *settings.LANGUAGES,
+        ]
+        self.fields["time_zone"].choices = [
+            ("", _("Server default (%(zone)s)") % {"zone": settings.TIME_ZONE}),
+            *time_zone_choices(),
+        ]
+
+
+class TimeZoneOfferForm(forms.Form):
+    """The answer to the banner offering the browser's zone."""
+
+    answer = forms.ChoiceField(choices=[("use", "use"), ("keep", "keep")])
+    time_zone = forms.ChoiceField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["time_zone"].choices = [("", ""), *time_zone_choices()]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("answer") == "use" and not cleaned.get("time_zone"):
+            raise forms.ValidationError("use needs a time_zone", code="required")
+        return cleaned
