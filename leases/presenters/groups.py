@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils.translation import gettext, ngettext
 
 from dashboard.links import lease_url, path_segment
-from dashboard.timefmt import When, format_duration, iso_js, when
+from dashboard.timefmt import When, format_duration, iso_js, relative_text, when
 from leases.availability import WINDOWS, Availability, group_availability
 from leases.groups import GroupState, GroupStatus, Slot, SlotState, leader_group, leader_groups
 from leases.models import KubeCluster, LeaseTransition
@@ -108,6 +108,8 @@ class GroupsPage:
     groups: list[GroupRow]
     problems: list[ClusterStatus]
     server_now: str
+    # "0 s ago" in the reader's language, until the browser's clock takes over.
+    updated_text: str
 
     @property
     def needing_a_look(self) -> int:
@@ -120,6 +122,7 @@ def groups_page(now: datetime) -> GroupsPage:
         groups=[group_row(group) for group in leader_groups(now)],
         problems=[status for status in statuses if status.problem],
         server_now=iso_js(now),
+        updated_text=relative_text(0),
     )
 
 
@@ -245,6 +248,8 @@ class GroupDetail:
     availability: list[AvailabilityRow]
     changes: list[GroupChange]
     server_now: str
+    # "0 s ago" in the reader's language, until the browser's clock takes over.
+    updated_text: str
 
 
 def group_detail(cluster: str, namespace: str, name: str, now: datetime) -> GroupDetail | None:
@@ -261,4 +266,5 @@ def group_detail(cluster: str, namespace: str, name: str, now: datetime) -> Grou
         availability=[availability_row(figures[window]) for window in WINDOWS if window in figures],
         changes=group_changes(group, prefix, now),
         server_now=iso_js(now),
+        updated_text=relative_text(0),
     )

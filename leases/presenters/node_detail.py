@@ -9,7 +9,7 @@ from datetime import datetime
 from django.urls import reverse
 
 from dashboard.links import lease_url
-from dashboard.timefmt import When, iso_js, when
+from dashboard.timefmt import When, iso_js, relative_text, when
 from leases.models import (
     KEPT_NODE_CONDITIONS,
     ConditionStatus,
@@ -102,6 +102,8 @@ class NodeDetail:
     observed: When | None
     deleted: When | None
     server_now: str
+    # "0 s ago" in the reader's language, until the browser's clock takes over.
+    updated_text: str
 
 
 def _status(value: object) -> ConditionStatus:
@@ -213,4 +215,5 @@ def node_detail(cluster: str, name: str, now: datetime) -> NodeDetail | None:
         observed=when(node.observed_at, now),
         deleted=when(node.deleted_at, now),
         server_now=iso_js(now),
+        updated_text=relative_text(0),
     )
