@@ -4,8 +4,10 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
-from dashboard.models import ApiToken, WorkerHeartbeat
+from dashboard.models import ApiToken, UserPreference, WorkerHeartbeat
 
 
 @admin.register(ApiToken)
@@ -32,10 +34,15 @@ class ApiTokenAdmin(admin.ModelAdmin):
         # create_api_token command.
         return False
 
-    @admin.action(description="Revoke selected tokens")
+    @admin.action(description=_("Revoke selected tokens"))
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
-        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("Revoked %(count)d token.", "Revoked %(count)d tokens.", count)
+            % {"count": count},
+            messages.SUCCESS,
+        )
 
 
 @admin.register(WorkerHeartbeat)
@@ -47,3 +54,11 @@ class WorkerHeartbeatAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+@admin.register(UserPreference)
+class UserPreferenceAdmin(admin.ModelAdmin):
+    list_display = ("user", "language", "time_zone", "time_zone_offered", "updated_at")
+    list_filter = ("language", "time_zone_offered")
+    search_fields = ("user__username", "time_zone")
+    readonly_fields = ("updated_at",)

@@ -36,6 +36,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.utils.decorators import method_decorator
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 from django.views.generic import View
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import (
@@ -51,12 +53,13 @@ logger = logging.getLogger(__name__)
 USERNAME_PATTERN = re.compile(r"^[\w.@+-]+\Z")
 USERNAME_MAX_LENGTH = 150
 
-SSO_FAILED = "Single sign-on did not sign you in. Please try again."
-SSO_UNREACHABLE = (
+# Lazy: each is shown in the language of the request that fails.
+SSO_FAILED = _("Single sign-on did not sign you in. Please try again.")
+SSO_UNREACHABLE = _(
     "The single sign-on provider could not be reached. Please try again in a minute; if it "
     "stays down, an administrator can use the break-glass sign-in."
 )
-SSO_UNVERIFIED = (
+SSO_UNVERIFIED = _(
     "That sign-in could not be verified: it may have expired or been started in another "
     "tab. Please sign in again."
 )
@@ -226,9 +229,12 @@ class OidcBackend(OIDCAuthenticationBackend):
     def verify_claims(self, claims: dict[str, Any]) -> bool:
         if username_from_claims(claims) is None:
             self._refuse(
-                f"Your single sign-on account has no usable user name (claim "
-                f"“{settings.OIDC_USERNAME_CLAIM}”), so it cannot sign in here. "
-                "Ask your identity provider's administrators to set one.",
+                gettext(
+                    "Your single sign-on account has no usable user name (claim “%(claim)s”),"
+                    " so it cannot sign in here. Ask your identity provider's administrators"
+                    " to set one."
+                )
+                % {"claim": settings.OIDC_USERNAME_CLAIM},
                 log=f"claim {settings.OIDC_USERNAME_CLAIM!r} is missing or not a valid user name "
                 f"(sub {claims.get('sub')!r})",
             )
@@ -361,9 +367,16 @@ def lockout_response(
             "form": AuthenticationForm(request, initial={"username": username}),
             "show_password_form": True,
             "lockout_message": (
-                f"Too many failed sign-in attempts for this user name from your address. "
-                f"Password sign-in is blocked for {minutes} minutes; try again later, or ask "
-                "an administrator to unlock it."
+                ngettext(
+                    "Too many failed sign-in attempts for this user name from your address."
+                    " Password sign-in is blocked for %(minutes)d minute; try again later, or"
+                    " ask an administrator to unlock it.",
+                    "Too many failed sign-in attempts for this user name from your address."
+                    " Password sign-in is blocked for %(minutes)d minutes; try again later, or"
+                    " ask an administrator to unlock it.",
+                    minutes,
+                )
+                % {"minutes": minutes}
             ),
         }
     )

@@ -5,6 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext
 
 from dashboard.models import ApiToken
 from dashboard.services import issue_api_token
@@ -28,18 +29,26 @@ class Command(BaseCommand):
         try:
             user = user_model.objects.get(**{user_model.USERNAME_FIELD: username})
         except user_model.DoesNotExist:
-            raise CommandError(f"No user named {username!r}.") from None
+            message = gettext("No user named %(username)r.")
+            raise CommandError(message % {"username": username}) from None
         if not user.is_active:
-            raise CommandError(f"User {username!r} is inactive; activate it first.")
+            message = gettext("User %(username)r is inactive; activate it first.")
+            raise CommandError(message % {"username": username})
         try:
             _token, plain = issue_api_token(user, name=name, scope=scope)
         except PermissionDenied as refused:
             raise CommandError(
-                f"{refused} Add the user to the operators group first, or issue a read token."
+                gettext(
+                    "%(refused)s Add the user to the operators group first, or issue a read token."
+                )
+                % {"refused": refused}
             ) from None
         # The plain token goes to stdout alone so scripts can capture it.
         self.stdout.write(plain)
         self.stderr.write(
-            f"Scope: {scope}. Keep this token now: it cannot be shown again."
-            " Revoke it in admin under API tokens."
+            gettext(
+                "Scope: %(scope)s. Keep this token now: it cannot be shown again."
+                " Revoke it in admin under API tokens."
+            )
+            % {"scope": scope}
         )

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandParser
+from django.utils.translation import gettext
 
 from dashboard.services import OPERATORS_GROUP
 
@@ -22,7 +23,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, username: str, **options: Any) -> None:
         if settings.PRODUCTION:
-            self.stderr.write("Not creating a demo user in production.")
+            self.stderr.write(gettext("Not creating a demo user in production."))
             return
         user_model = get_user_model()
         if user_model.objects.exists():
@@ -32,8 +33,13 @@ class Command(BaseCommand):
         user.groups.add(Group.objects.get(name=OPERATORS_GROUP))
         self.stdout.write(
             self.style.SUCCESS(
-                f"\n  Demo login created. User: {username}   Password: {password}\n"
-                "  It is shown only this once; change it with "
-                f"`python manage.py changepassword {username}`.\n"
+                "\n  "
+                + gettext(
+                    "Demo login created. User: %(username)s   Password: %(password)s\n"
+                    "  It is shown only this once; change it with"
+                    " `python manage.py changepassword %(username)s`."
+                )
+                % {"username": username, "password": password}
+                + "\n"
             )
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils.translation import gettext
 
 from dashboard.encryption import RotationResult, rotate_stored_secrets
 
@@ -19,13 +20,19 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         result: RotationResult = rotate_stored_secrets()
         for model_label, field_name, changed in result.per_column:
-            self.stdout.write(f"{model_label}.{field_name}: {changed} row(s) re-encrypted")
-        self.stdout.write(f"Re-encrypted {result.changed} row(s) with the first key.")
+            self.stdout.write(
+                gettext("%(column)s: %(count)d row(s) re-encrypted")
+                % {"column": f"{model_label}.{field_name}", "count": changed}
+            )
+        self.stdout.write(
+            gettext("Re-encrypted %(count)d row(s) with the first key.") % {"count": result.changed}
+        )
         if result.unreadable:
             raise CommandError(
-                f"{len(result.unreadable)} secret(s) could not be decrypted with any key and "
-                "were left as they are: "
-                + ", ".join(result.unreadable)
-                + ". Add the key that encrypted them to SECRETS_ENCRYPTION_KEYS and run this "
-                "again, or enter those secrets again."
+                gettext(
+                    "%(count)d secret(s) could not be decrypted with any key and were left as"
+                    " they are: %(secrets)s. Add the key that encrypted them to"
+                    " SECRETS_ENCRYPTION_KEYS and run this again, or enter those secrets again."
+                )
+                % {"count": len(result.unreadable), "secrets": ", ".join(result.unreadable)}
             )

@@ -6,6 +6,7 @@ from typing import Any
 import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.utils.translation import gettext
 
 from fakes.kube import kubeconfig_document
 from fakes.kube.demo_nodes import DEMO_NKS_CLUSTER
@@ -33,7 +34,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.PRODUCTION:
-            raise CommandError("The demo sources are for development only.")
+            raise CommandError(gettext("The demo sources are for development only."))
         # A database set up before keeps its demo history under the new name, instead of
         # two sources watching the same fake server.
         if not KubeCluster.objects.filter(name=DEMO_CLUSTER).exists():
@@ -44,8 +45,13 @@ class Command(BaseCommand):
             sort_keys=False,
         )
         cluster, created = register_kube_cluster(DEMO_CLUSTER, kubeconfig=kubeconfig, replace=True)
-        state = "registered" if created else "up to date"
-        self.stdout.write(f"Demo Kubernetes cluster {DEMO_CLUSTER!r} {state} (port {port}).")
+        # Whole sentences per outcome, so each language can order its words.
+        message = (
+            gettext("Demo Kubernetes cluster %(name)r registered (port %(port)d).")
+            if created
+            else gettext("Demo Kubernetes cluster %(name)r up to date (port %(port)d).")
+        )
+        self.stdout.write(message % {"name": DEMO_CLUSTER, "port": port})
         self._record_demo_group_sizes(cluster)
         self._register_demo_nks_account()
 
@@ -74,5 +80,9 @@ class Command(BaseCommand):
             password=DEFAULT_PASSWORD,
             replace=True,
         )
-        state = "registered" if created else "up to date"
-        self.stdout.write(f"Demo NKS account {DEMO_NKS_ACCOUNT!r} {state} (port {port}).")
+        message = (
+            gettext("Demo NKS account %(name)r registered (port %(port)d).")
+            if created
+            else gettext("Demo NKS account %(name)r up to date (port %(port)d).")
+        )
+        self.stdout.write(message % {"name": DEMO_NKS_ACCOUNT, "port": port})
