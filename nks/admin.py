@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from nks.forms import NksAccountForm
 from nks.models import NksAccount, NksCluster, NksEvent, NksNodegroup, ResizeRequest
@@ -35,11 +37,11 @@ class NksAccountAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "enabled", "api_url")}),
         (
-            "Identity credentials",
+            _("Identity credentials"),
             {"fields": ("identity_url", "tenant_id", "username", "password")},
         ),
-        ("Or a fixed token", {"fields": ("token", "clear_token")}),
-        ("Polling", {"fields": POLL_STATUS_FIELDS}),
+        (_("Or a fixed token"), {"fields": ("token", "clear_token")}),
+        (_("Polling"), {"fields": POLL_STATUS_FIELDS}),
     )
 
 
@@ -92,10 +94,19 @@ class ResizeRequestAdmin(ReadOnlyAdmin):
     list_select_related = ("cluster",)
     actions = ("give_up",)
 
-    @admin.action(description="Give up following (mark failed)")
+    @admin.action(description=_("Give up following (mark failed)"))
     def give_up(self, request: HttpRequest, queryset: QuerySet[ResizeRequest]) -> None:
         stopped = sum(
             give_up_resize(pk, request.user.get_username())
             for pk in queryset.values_list("pk", flat=True)
         )
-        self.message_user(request, f"Stopped following {stopped} request(s).", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext(
+                "Stopped following %(count)s request.",
+                "Stopped following %(count)s requests.",
+                stopped,
+            )
+            % {"count": stopped},
+            messages.SUCCESS,
+        )

@@ -12,21 +12,24 @@ from __future__ import annotations
 import enum
 from typing import Self
 
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
+
 
 class _ChoicesType(enum.EnumType):
     """Gives an enum Django's ``choices`` shape without importing Django (as TextChoices does)."""
 
     @property
-    def choices(cls) -> list[tuple[str, str]]:
+    def choices(cls) -> list[tuple[str, str | Promise]]:
         return [(member.value, member.label) for member in cls]  # type: ignore[attr-defined]
 
 
 class LabelledEnum(enum.StrEnum, metaclass=_ChoicesType):
     """A string enum whose members are written ``NAME = "VALUE", "label"``, like TextChoices."""
 
-    label: str
+    label: str | Promise
 
-    def __new__(cls, value: str, label: str) -> Self:
+    def __new__(cls, value: str, label: str | Promise) -> Self:
         member = str.__new__(cls, value)
         member._value_ = value
         member.label = label
@@ -54,6 +57,7 @@ class Freshness(LabelledEnum):
     must never be shown as health.
     """
 
+    # Labels stay NKS's own words (FRESH/STALE/ROTTEN are API terms, never translated).
     FRESH = "FRESH", "fresh"
     STALE = "STALE", "stale"
     ROTTEN = "ROTTEN", "rotten"
@@ -63,10 +67,10 @@ class Freshness(LabelledEnum):
 class EventState(LabelledEnum):
     """State of an NKS operation (an entry of a cluster's ``/events``)."""
 
-    SUCCESS = "SUCCESS", "success"
-    FAIL = "FAIL", "failed"
-    IN_PROGRESS = "IN_PROGRESS", "in progress"
-    UNKNOWN = "UNKNOWN", "unknown"
+    SUCCESS = "SUCCESS", _("success")
+    FAIL = "FAIL", _("failed")
+    IN_PROGRESS = "IN_PROGRESS", _("in progress")
+    UNKNOWN = "UNKNOWN", _("unknown")
 
 
 class OperationPhase(LabelledEnum):
@@ -76,10 +80,10 @@ class OperationPhase(LabelledEnum):
     all classify through :meth:`classify`.
     """
 
-    IN_PROGRESS = "IN_PROGRESS", "in progress"
-    COMPLETE = "COMPLETE", "complete"
-    FAILED = "FAILED", "failed"
-    UNKNOWN = "UNKNOWN", "unknown"
+    IN_PROGRESS = "IN_PROGRESS", _("in progress")
+    COMPLETE = "COMPLETE", _("complete")
+    FAILED = "FAILED", _("failed")
+    UNKNOWN = "UNKNOWN", _("unknown")
 
     @classmethod
     def classify(cls, raw: str | None) -> Self:

@@ -9,6 +9,8 @@ from django import forms
 from django.conf import settings
 from django.core.validators import MaxLengthValidator, MaxValueValidator
 from django.utils.choices import CallableChoiceIterator
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from dashboard.natural import natural_key
 from leases.models import NODEGROUP_LABEL
@@ -18,14 +20,16 @@ from nks.node_picture import NodegroupNodes, NodeLine
 
 def node_label(node: NodeLine) -> str:
     """A removable node as the form offers it: its name, what is wrong with it, its UUID."""
+    # A list of short notes, not a sentence: joined with commas in every language.
     notes = []
     if node.not_ready:
         reason = f": {node.ready_reason}" if node.ready_reason else ""
-        notes.append(f"NotReady{reason}" if node.ready else "Ready not reported")
+        # NotReady is the Node condition's own word, kept as Kubernetes writes it.
+        notes.append(f"NotReady{reason}" if node.ready else gettext("Ready not reported"))
     if node.heartbeat_expired:
-        notes.append("heartbeat lease expired")
+        notes.append(gettext("heartbeat lease expired"))
     if node.cordoned:
-        notes.append("cordoned")
+        notes.append(gettext("cordoned"))
     state = f" ({', '.join(notes)})" if notes else ""
     return f"{node.name}{state} · {node.instance.uuid}"
 
@@ -50,8 +54,10 @@ class NodeChoiceField(forms.MultipleChoiceField):
             raise forms.ValidationError(self.error_messages["required"], code="required")
         if value and not self.watched:
             raise forms.ValidationError(
-                "The cluster is not watched, so its nodes are unknown and none can be named: "
-                "leave nodes_to_remove out and NKS picks the nodes it removes.",
+                _(
+                    "The cluster is not watched, so its nodes are unknown and none can be named: "
+                    "leave nodes_to_remove out and NKS picks the nodes it removes."
+                ),
                 code="unwatched",
             )
         problems = []
@@ -59,9 +65,15 @@ class NodeChoiceField(forms.MultipleChoiceField):
             if item in self.aliases:
                 continue
             if item in self.refusals:
-                problems.append(f"{item} cannot be chosen: {self.refusals[item]}.")
+                problems.append(
+                    gettext("%(node)s cannot be chosen: %(problem)s.")
+                    % {"node": item, "problem": self.refusals[item]}
+                )
             else:
-                problems.append(f"{item} is not a node of nodegroup {self.nodegroup_name}.")
+                problems.append(
+                    gettext("%(node)s is not a node of nodegroup %(nodegroup)s.")
+                    % {"node": item, "nodegroup": self.nodegroup_name}
+                )
         if problems:
             raise forms.ValidationError(problems, code="invalid_choice")
 
@@ -78,24 +90,26 @@ class ResizeForm(forms.Form):
     """
 
     node_count = forms.IntegerField(
-        label="Target node count",
+        label=_("Target node count"),
         min_value=1,
-        error_messages={"required": "Give the number of nodes the nodegroup should have."},
+        error_messages={"required": _("Give the number of nodes the nodegroup should have.")},
     )
     nodes_to_remove = NodeChoiceField(
-        label="Nodes to remove",
+        label=_("Nodes to remove"),
         required=False,
         widget=forms.CheckboxSelectMultiple,
-        help_text="When scaling in, choose exactly the nodes to remove; otherwise NKS picks "
-        "random ones.",
+        help_text=_(
+            "When scaling in, choose exactly the nodes to remove; otherwise NKS picks random ones."
+        ),
     )
     reason = forms.CharField(
+        label=_("Reason"),
         max_length=1000,
         widget=forms.Textarea(attrs={"rows": 2}),
-        error_messages={"required": "Say why: the reason is kept in the audit."},
+        error_messages={"required": _("Say why: the reason is kept in the audit.")},
     )
     confirm_name = forms.CharField(
-        label="Type the nodegroup name to confirm removing nodes",
+        label=_("Type the nodegroup name to confirm removing nodes"),
         required=False,
         max_length=255,
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
@@ -133,9 +147,9 @@ class ResizeForm(forms.Form):
         for node, problem in self.unchoosable:
             field.refusals[node.name] = problem
         for node in nodes.unlabelled if nodes else []:
-            field.refusals[node.name] = (
-                f"it has no {NODEGROUP_LABEL} label, so its nodegroup is unknown"
-            )
+            field.refusals[node.name] = gettext(
+                "it has no %(label)s label, so its nodegroup is unknown"
+            ) % {"label": NODEGROUP_LABEL}
             if node.instance.uuid:
                 field.refusals[node.instance.uuid] = field.refusals[node.name]
         count = self.fields["node_count"]
@@ -161,18 +175,25 @@ class ResizeForm(forms.Form):
         group = self.nodegroup
         cluster: NksCluster = group.cluster
         if group.gone_at is not None or cluster.gone_at is not None:
-            return "This nodegroup is gone from NKS."
+            return gettext("This nodegroup is gone from NKS.")
         if not group.is_worker:
-            return f"Only worker nodegroups can be resized; {group.name} is {group.role or '?'}."
+            return gettext("Only worker nodegroups can be resized; %(nodegroup)s is %(role)s.") % {
+                "nodegroup": group.name,
+                "role": group.role or "?",
+            }
         if group.in_progress:
-            return f"Nodegroup {group.name} is {group.status}: wait for that operation to finish."
+            return gettext(
+                "Nodegroup %(nodegroup)s is %(status)s: wait for that operation to finish."
+            ) % {"nodegroup": group.name, "status": group.status}
         if cluster.in_progress:
-            return f"Cluster {cluster.name} is {cluster.status}: wait for that operation to finish."
+            return gettext(
+                "Cluster %(cluster)s is %(status)s: wait for that operation to finish."
+            ) % {"cluster": cluster.name, "status": cluster.status}
         if group.autoscaler_enabled:
-            return (
-                f"The cluster autoscaler is enabled on {group.name}: it sets the node count. "
+            return gettext(
+                "The cluster autoscaler is enabled on %(nodegroup)s: it sets the node count. "
                 "Turn it off in NKS to resize by hand."
-            )
+            ) % {"nodegroup": group.name}
         return None
 
     def clean(self) -> dict[str, Any]:
@@ -188,18 +209,27 @@ class ResizeForm(forms.Form):
         if group.min_node_count is not None and target < group.min_node_count:
             self.add_error(
                 "node_count",
-                f"{group.name} has a minimum of {group.min_node_count} nodes.",
+                gettext("%(nodegroup)s has a minimum of %(count)s nodes.")
+                % {"nodegroup": group.name, "count": group.min_node_count},
             )
             return data
         if group.max_node_count is not None and target > group.max_node_count:
             self.add_error(
-                "node_count", f"{group.name} has a maximum of {group.max_node_count} nodes."
+                "node_count",
+                gettext("%(nodegroup)s has a maximum of %(count)s nodes.")
+                % {"nodegroup": group.name, "count": group.max_node_count},
             )
             return data
         if current is None:
-            raise forms.ValidationError("The nodegroup's current size is unknown; wait for a poll.")
+            raise forms.ValidationError(
+                gettext("The nodegroup's current size is unknown; wait for a poll.")
+            )
         if target == current:
-            self.add_error("node_count", f"{group.name} already has {current} nodes: no change.")
+            self.add_error(
+                "node_count",
+                gettext("%(nodegroup)s already has %(count)s nodes: no change.")
+                % {"nodegroup": group.name, "count": current},
+            )
             return data
         given: list[str] = data.get("nodes_to_remove") or []
         aliases = self.fields["nodes_to_remove"].aliases  # type: ignore[attr-defined]
@@ -213,13 +243,19 @@ class ResizeForm(forms.Form):
         if repeated:
             self.add_error(
                 "nodes_to_remove",
-                f"{', '.join(repeated)} {'is' if len(repeated) == 1 else 'are'} chosen more "
-                "than once: choose each node to remove once.",
+                ngettext(
+                    "%(nodes)s is chosen more than once: choose each node to remove once.",
+                    "%(nodes)s are chosen more than once: choose each node to remove once.",
+                    len(repeated),
+                )
+                % {"nodes": ", ".join(repeated)},
             )
             return data
         if target > current:
             if chosen:
-                self.add_error("nodes_to_remove", "Nodes can only be removed when scaling in.")
+                self.add_error(
+                    "nodes_to_remove", gettext("Nodes can only be removed when scaling in.")
+                )
             return data
         removing = current - target
         # Every removed node is chosen when enough can be; when fewer can (some have no
@@ -228,14 +264,26 @@ class ResizeForm(forms.Form):
         if self.removable and not needed <= len(chosen) <= removing:
             self.add_error(
                 "nodes_to_remove",
-                f"Going from {current} to {target} removes {removing} node"
-                f"{'s' if removing != 1 else ''}: choose exactly {needed} "
-                f"(chosen: {len(chosen)}).",
+                ngettext(
+                    "Going from %(current)s to %(target)s removes %(removing)s node: "
+                    "choose exactly %(needed)s (chosen: %(chosen)s).",
+                    "Going from %(current)s to %(target)s removes %(removing)s nodes: "
+                    "choose exactly %(needed)s (chosen: %(chosen)s).",
+                    removing,
+                )
+                % {
+                    "current": current,
+                    "target": target,
+                    "removing": removing,
+                    "needed": needed,
+                    "chosen": len(chosen),
+                },
             )
         if self.require_confirmation and data.get("confirm_name", "").strip() != group.name:
             self.add_error(
                 "confirm_name",
-                f"Removing nodes needs confirmation: type {group.name} exactly.",
+                gettext("Removing nodes needs confirmation: type %(nodegroup)s exactly.")
+                % {"nodegroup": group.name},
             )
         return data
 
@@ -256,13 +304,13 @@ def resized_cluster_choices() -> list[tuple[str, str]]:
     """Clusters that have resizes, by name. Called when the filter bar is drawn."""
     clusters = NksCluster.objects.filter(resizes__isnull=False)
     names = sorted(set(clusters.values_list("uuid", "name")), key=lambda row: natural_key(row[1]))
-    return [("", "any cluster"), *names]
+    return [("", gettext("any cluster")), *names]
 
 
 def resizer_choices() -> list[tuple[str, str]]:
     """Everyone who asked for a resize. Called when the filter bar is drawn."""
     names = ResizeRequest.objects.order_by("username").values_list("username", flat=True)
-    return [("", "anyone"), *((name, name) for name in names.distinct())]
+    return [("", gettext("anyone")), *((name, name) for name in names.distinct())]
 
 
 class ResizeFilterForm(forms.Form):
@@ -274,25 +322,29 @@ class ResizeFilterForm(forms.Form):
     """
 
     cluster = forms.CharField(
+        label=_("Cluster"),
         required=False,
         validators=[MaxLengthValidator(64)],
         widget=forms.Select(choices=CallableChoiceIterator(resized_cluster_choices)),
     )
     user = forms.CharField(
+        label=_("User"),
         required=False,
         validators=[MaxLengthValidator(150)],
         widget=forms.Select(choices=CallableChoiceIterator(resizer_choices)),
     )
     outcome = forms.ChoiceField(
-        required=False, choices=[("", "any outcome"), ("in_flight", "in flight")]
+        label=_("Outcome"),
+        required=False,
+        choices=[("", _("any outcome")), ("in_flight", _("in flight"))],
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("auto_id", "f-%s")
         super().__init__(*args, **kwargs)
         self.fields["outcome"].choices = [
-            ("", "any outcome"),
-            ("in_flight", "in flight"),
+            ("", _("any outcome")),
+            ("in_flight", _("in flight")),
             *ResizeState.choices,
         ]
 
@@ -307,30 +359,35 @@ class NksAccountForm(forms.ModelForm):
     password = forms.CharField(
         required=False,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
-        help_text="Set or replace the password; it is stored as a secret and never shown. "
-        "Leave empty to keep the current one.",
+        help_text=_(
+            "Set or replace the password; it is stored as a secret and never shown. "
+            "Leave empty to keep the current one."
+        ),
     )
     token = forms.CharField(
         required=False,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
-        help_text="A fixed token instead of identity credentials; never shown again. Leave "
-        "empty to keep the current one.",
+        help_text=_(
+            "A fixed token instead of identity credentials; never shown again. Leave "
+            "empty to keep the current one."
+        ),
     )
     clear_token = forms.BooleanField(
-        required=False, help_text="Remove the stored token (to switch to identity credentials)."
+        required=False,
+        help_text=_("Remove the stored token (to switch to identity credentials)."),
     )
     api_url = forms.URLField(
-        label="API URL",
+        label=_("API URL"),
         max_length=300,
         assume_scheme="https",
-        help_text="The region's NKS API base URL.",
+        help_text=_("The region's NKS API base URL."),
     )
     identity_url = forms.URLField(
-        label="Identity URL",
+        label=_("Identity URL"),
         max_length=300,
         required=False,
         assume_scheme="https",
-        help_text="Identity service base URL (tokens from POST {identity_url}/v2.0/tokens).",
+        help_text=_("Identity service base URL (tokens from POST {identity_url}/v2.0/tokens)."),
     )
 
     class Meta:
@@ -350,14 +407,18 @@ class NksAccountForm(forms.ModelForm):
         if token:
             if any(identity) or data.get("password"):
                 raise forms.ValidationError(
-                    "Give either a token or identity credentials, not both. To switch to "
-                    "identity credentials, tick “clear token”; to switch to a token, "
-                    "empty the identity fields."
+                    gettext(
+                        "Give either a token or identity credentials, not both. To switch to "
+                        "identity credentials, tick “clear token”; to switch to a token, "
+                        "empty the identity fields."
+                    )
                 )
             password = ""
         elif not (all(identity) and password):
             raise forms.ValidationError(
-                "Give either a token, or all of identity URL, tenant ID, username and password."
+                gettext(
+                    "Give either a token, or all of identity URL, tenant ID, username and password."
+                )
             )
         # The model's own checks run on these after clean(): they must see the kept secrets.
         data["password"], data["token"] = password, token
@@ -384,14 +445,20 @@ class NksAccountForm(forms.ModelForm):
             if not data.get("token"):
                 self.add_error(
                     "token",
-                    f"You changed {what}: enter the token again, so the stored one is never "
-                    "sent to a new address.",
+                    gettext(
+                        "You changed %(fields)s: enter the token again, so the stored one is "
+                        "never sent to a new address."
+                    )
+                    % {"fields": what},
                 )
         elif stored.password and not data.get("password") and not data.get("token"):
             self.add_error(
                 "password",
-                f"You changed {what}: enter the password again, so the stored one is never "
-                "sent to a new address.",
+                gettext(
+                    "You changed %(fields)s: enter the password again, so the stored one is "
+                    "never sent to a new address."
+                )
+                % {"fields": what},
             )
 
     def save(self, commit: bool = True) -> NksAccount:

@@ -23,6 +23,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from dashboard.encryption import EncryptedTextField
 from nks.enums import EventState, Freshness, OperationPhase
@@ -44,10 +45,10 @@ class Health(models.TextChoices):
     ``health_status`` such as the guide's "HEALTHY", unreadable fields): silence is never health.
     """
 
-    DOWN = "down", "down"
-    DEGRADED = "degraded", "degraded"
-    UNKNOWN = "unknown", "unknown"
-    HEALTHY = "healthy", "healthy"
+    DOWN = "down", _("down")
+    DEGRADED = "degraded", _("degraded")
+    UNKNOWN = "unknown", _("unknown")
+    HEALTHY = "healthy", _("healthy")
 
 
 # Worst first: the order of the clusters page.
@@ -64,14 +65,16 @@ class NksAccount(models.Model):
 
     name = models.SlugField(max_length=63, unique=True)
     enabled = models.BooleanField(default=True)
-    api_url = models.URLField("API URL", max_length=300, help_text="The region's NKS API base URL.")
+    api_url = models.URLField(
+        _("API URL"), max_length=300, help_text=_("The region's NKS API base URL.")
+    )
     identity_url = models.URLField(
-        "identity URL",
+        _("identity URL"),
         max_length=300,
         blank=True,
-        help_text="Identity service base URL (tokens from POST {identity_url}/v2.0/tokens).",
+        help_text=_("Identity service base URL (tokens from POST {identity_url}/v2.0/tokens)."),
     )
-    tenant_id = models.CharField("tenant ID", max_length=64, blank=True)
+    tenant_id = models.CharField(_("tenant ID"), max_length=64, blank=True)
     username = models.CharField(max_length=254, blank=True)
     # Secrets: encrypted at rest (dashboard.encryption).
     password = EncryptedTextField(blank=True)
@@ -80,9 +83,11 @@ class NksAccount(models.Model):
 
     # Poll status, written by the poller.
     next_poll_at = models.DateTimeField(null=True, blank=True)
-    last_poll_at = models.DateTimeField(null=True, blank=True, help_text="Last poll, any result.")
+    last_poll_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("Last poll, any result.")
+    )
     last_success_at = models.DateTimeField(
-        null=True, blank=True, help_text="Last poll that listed the clusters."
+        null=True, blank=True, help_text=_("Last poll that listed the clusters.")
     )
     last_poll_seconds = models.FloatField(null=True, blank=True)
     last_poll_calls = models.IntegerField(null=True, blank=True)
@@ -95,7 +100,7 @@ class NksAccount(models.Model):
 
     class Meta:
         ordering = ["name"]
-        verbose_name = "NKS account"
+        verbose_name = _("NKS account")
 
     def __str__(self) -> str:
         return self.name
@@ -149,20 +154,22 @@ class NksCluster(models.Model):
     status_reason = models.TextField(blank=True)
 
     health_status = models.CharField(
-        max_length=64, blank=True, help_text="As NKS sent it: FRESH, STALE, ROTTEN, or anything."
+        max_length=64, blank=True, help_text=_("As NKS sent it: FRESH, STALE, ROTTEN, or anything.")
     )
     freshness = models.CharField(
         max_length=10, choices=Freshness.choices, default=Freshness.UNKNOWN
     )
     health = models.CharField(max_length=10, choices=Health.choices, default=Health.UNKNOWN)
     health_timestamp = models.DateTimeField(
-        null=True, blank=True, help_text="When NKS last refreshed the health data."
+        null=True, blank=True, help_text=_("When NKS last refreshed the health data.")
     )
-    api = models.CharField(max_length=32, blank=True, help_text="OK / NOT_OK as sent.")
+    api = models.CharField(max_length=32, blank=True, help_text=_("OK / NOT_OK as sent."))
     api_status = models.CharField(max_length=64, blank=True)
     api_ok = models.BooleanField(null=True)
     node_status = models.CharField(max_length=64, blank=True)
-    health_problem = models.TextField(blank=True, help_text="Why the health report was unreadable.")
+    health_problem = models.TextField(
+        blank=True, help_text=_("Why the health report was unreadable.")
+    )
 
     node_count = models.IntegerField(null=True, blank=True)
     nodes_ready = models.IntegerField(null=True, blank=True)
@@ -180,7 +187,9 @@ class NksCluster(models.Model):
     nks_updated_at = models.DateTimeField(null=True, blank=True)
 
     first_seen_at = models.DateTimeField(default=timezone.now)
-    polled_at = models.DateTimeField(null=True, blank=True, help_text="Last poll that listed it.")
+    polled_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("Last poll that listed it.")
+    )
     refreshed_at = models.DateTimeField(null=True, blank=True)
     gone_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
@@ -200,7 +209,7 @@ class NksCluster(models.Model):
 
     class Meta:
         ordering = ["name"]
-        verbose_name = "NKS cluster"
+        verbose_name = _("NKS cluster")
         indexes = [models.Index(fields=["account", "gone_at"], name="nkscluster_account_gone")]
 
     def __str__(self) -> str:
@@ -267,7 +276,7 @@ class NksNodegroup(models.Model):
 
     class Meta:
         ordering = ["cluster_id", "name"]
-        verbose_name = "NKS nodegroup"
+        verbose_name = _("NKS nodegroup")
         constraints = [
             models.UniqueConstraint(fields=["cluster", "uuid"], name="nodegroup_unique_per_cluster")
         ]
@@ -340,7 +349,7 @@ class NksEvent(models.Model):
 
     class Meta:
         ordering = ["-nks_created_at", "-id"]
-        verbose_name = "NKS event"
+        verbose_name = _("NKS event")
         indexes = [
             models.Index(fields=["cluster", "nks_created_at"], name="event_cluster_time"),
         ]
@@ -360,13 +369,13 @@ class NksEvent(models.Model):
 
 
 class ResizeState(models.TextChoices):
-    PENDING = "pending", "queued"
-    SUBMITTING = "submitting", "sending to NKS"
-    SUBMITTED = "submitted", "accepted by NKS"
-    IN_PROGRESS = "in_progress", "in progress"
-    UNCERTAIN = "uncertain", "outcome unknown"
-    SUCCEEDED = "succeeded", "succeeded"
-    FAILED = "failed", "failed"
+    PENDING = "pending", _("queued")
+    SUBMITTING = "submitting", _("sending to NKS")
+    SUBMITTED = "submitted", _("accepted by NKS")
+    IN_PROGRESS = "in_progress", _("in progress")
+    UNCERTAIN = "uncertain", _("outcome unknown")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
 
 
 # A nodegroup has at most one request in these states (a database constraint).
@@ -392,7 +401,7 @@ class ResizeRequest(models.Model):
     """
 
     class Source(models.TextChoices):
-        FORM = "form", "form"
+        FORM = "form", _("form")
         API = "api", "API"
 
     user = models.ForeignKey(
@@ -401,7 +410,7 @@ class ResizeRequest(models.Model):
         null=True,
         related_name="nks_resize_requests",
     )
-    username = models.CharField(max_length=150, help_text="Kept when the user is deleted.")
+    username = models.CharField(max_length=150, help_text=_("Kept when the user is deleted."))
     source = models.CharField(max_length=8, choices=Source.choices, default=Source.FORM)
     cluster = models.ForeignKey(NksCluster, on_delete=models.PROTECT, related_name="resizes")
     nodegroup = models.ForeignKey(NksNodegroup, on_delete=models.PROTECT, related_name="resizes")
@@ -419,7 +428,7 @@ class ResizeRequest(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     follow_until = models.DateTimeField(null=True, blank=True)
     last_checked_at = models.DateTimeField(null=True, blank=True)
-    check_error = models.TextField(blank=True, help_text="Last failure to read progress back.")
+    check_error = models.TextField(blank=True, help_text=_("Last failure to read progress back."))
     event = models.ForeignKey(
         NksEvent, on_delete=models.SET_NULL, null=True, blank=True, related_name="resizes"
     )

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from django.db.models import Q
 from django.urls import reverse
+from django.utils.translation import gettext, ngettext
 
 from dashboard.links import lease_url, path_segment
 from dashboard.natural import natural_key
@@ -190,20 +191,26 @@ class CrossCheck:
 
 def _nks_unjudged(cluster: NksCluster, nodegroup: NksNodegroup, now: datetime) -> str:
     if cluster.account.is_stale(now) or cluster.is_stale(now):
-        return "The dashboard's NKS data about this cluster is stale."
+        return gettext("The dashboard's NKS data about this cluster is stale.")
     if cluster.freshness != Freshness.FRESH:
-        status = cluster.health_status or "missing"
-        return f"NKS's health data is {status}, so its counts are unknown."
+        status = cluster.health_status or gettext("missing")
+        return gettext("NKS's health data is %(health_status)s, so its counts are unknown.") % {
+            "health_status": status
+        }
     if nodegroup.in_progress or cluster.in_progress:
-        return "NKS is running an operation on it; nodes come and go meanwhile."
+        return gettext("NKS is running an operation on it; nodes come and go meanwhile.")
     if (cluster.api_status or "").strip().upper() not in ("", "NORMAL") or cluster.api_ok is False:
-        return "NKS reports the cluster's API is down: the cluster's own data cannot be read."
+        return gettext(
+            "NKS reports the cluster's API is down: the cluster's own data cannot be read."
+        )
     return ""
 
 
 def _moment(value: datetime | None) -> str:
     # A sentence, not a record: whole seconds read better than MicroTime's microseconds.
-    return iso_utc(value.replace(microsecond=0)) if value is not None else "an unknown time"
+    return (
+        iso_utc(value.replace(microsecond=0)) if value is not None else gettext("an unknown time")
+    )
 
 
 def cross_check(
@@ -239,17 +246,34 @@ def disagreements(nodegroup: NksNodegroup, members: Sequence[NodeLine]) -> list[
     name = nodegroup.name
     count = len(members)
     if nodegroup.node_count is not None and nodegroup.node_count != count:
-        found.append(
-            f"NKS says {nodegroup.node_count} node{'s' if nodegroup.node_count != 1 else ''} "
-            f"in {name}; the cluster has {count} Node object{'s' if count != 1 else ''} "
-            "labelled with it."
-        )
+        # Two counts, two plurals: each clause is its own message, joined as two sentences
+        # would be in any language ("NKS says ...; the cluster has ...").
+        nks_says = ngettext(
+            "NKS says %(count)s node in %(nodegroup)s;",
+            "NKS says %(count)s nodes in %(nodegroup)s;",
+            nodegroup.node_count,
+        ) % {"count": nodegroup.node_count, "nodegroup": name}
+        cluster_has = ngettext(
+            "the cluster has %(count)s Node object labelled with it.",
+            "the cluster has %(count)s Node objects labelled with it.",
+            count,
+        ) % {"count": count}
+        found.append(f"{nks_says} {cluster_has}")
     ready = sum(1 for node in members if not node.not_ready)
     nks_counts = (nodegroup.ready, nodegroup.not_ready)
     if None not in nks_counts and nks_counts != (ready, count - ready):
         found.append(
-            f"NKS counts {nodegroup.ready}:{nodegroup.not_ready} ready:not ready in {name}; "
-            f"the cluster's Nodes say {ready}:{count - ready}."
+            gettext(
+                "NKS counts %(nks_ready)s:%(nks_not_ready)s ready:not ready in %(nodegroup)s; "
+                "the cluster's Nodes say %(ready)s:%(not_ready)s."
+            )
+            % {
+                "nks_ready": nodegroup.ready,
+                "nks_not_ready": nodegroup.not_ready,
+                "nodegroup": name,
+                "ready": ready,
+                "not_ready": count - ready,
+            }
         )
     per_node = nodegroup.cluster.node_readiness or {}
     for node in members:
@@ -259,8 +283,8 @@ def disagreements(nodegroup: NksNodegroup, members: Sequence[NodeLine]) -> list[
         nks_counts_ready = said is True or (said is None and nodegroup.not_ready == 0)
         if nks_counts_ready:
             found.append(
-                f"NKS counts node {node.name} ready; its heartbeat Lease expired at "
-                f"{_moment(node.heartbeat_expires)}."
+                gettext("NKS counts node %(node)s ready; its heartbeat Lease expired at %(at)s.")
+                % {"node": node.name, "at": _moment(node.heartbeat_expires)}
             )
     return found
 

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from nks import client as nks
 from nks.accounts import client_for
@@ -96,14 +97,18 @@ def advance_resize(request: ResizeRequest, now: datetime) -> ResizeState:
                 fail_request(
                     request.pk,
                     (ResizeState.SUBMITTING,),
-                    "The worker stopped before sending the resize; nothing was sent to NKS.",
+                    gettext(
+                        "The worker stopped before sending the resize; nothing was sent to NKS."
+                    ),
                 )
                 return ResizeState.FAILED
             return state
         if now - request.nks_called_at <= SUBMITTING_TIMEOUT:
             return state
         # The worker died during or right after the call: the outcome is unknown.
-        _transition(request, ResizeState.UNCERTAIN, error="The worker stopped during the call.")
+        _transition(
+            request, ResizeState.UNCERTAIN, error=gettext("The worker stopped during the call.")
+        )
         request.state = ResizeState.UNCERTAIN
 
     nodegroup = request.nodegroup
@@ -122,7 +127,7 @@ def advance_resize(request: ResizeRequest, now: datetime) -> ResizeState:
     elif event is not None and event.state == EventState.FAIL:
         verdict = ResizeState.FAILED
         fields["error"] = (
-            event.contents or nodegroup.status_reason or "NKS reports the resize failed."
+            event.contents or nodegroup.status_reason or gettext("NKS reports the resize failed.")
         )
         fields["finished_at"] = event.nks_updated_at or now
     elif (event is not None and event.state == EventState.IN_PROGRESS) or (
@@ -131,7 +136,9 @@ def advance_resize(request: ResizeRequest, now: datetime) -> ResizeState:
         verdict = ResizeState.IN_PROGRESS
     elif changed and phase is OperationPhase.FAILED:
         verdict = ResizeState.FAILED
-        fields["error"] = nodegroup.status_reason or f"The nodegroup went {nodegroup.status}."
+        fields["error"] = nodegroup.status_reason or gettext("The nodegroup went %(status)s.") % {
+            "status": nodegroup.status
+        }
         fields["finished_at"] = now
     elif changed and phase is OperationPhase.COMPLETE and nodegroup.node_count == request.to_count:
         verdict = ResizeState.SUCCEEDED
@@ -142,10 +149,10 @@ def advance_resize(request: ResizeRequest, now: datetime) -> ResizeState:
         and now - request.nks_called_at > timedelta(minutes=settings.NKS_RESIZE_FOLLOW_MINUTES)
     ):
         verdict = ResizeState.FAILED
-        fields["error"] = (
-            "NKS accepted the resize but showed no sign of starting it within "
-            f"{settings.NKS_RESIZE_FOLLOW_MINUTES} minutes (no event, no status change)."
-        )
+        fields["error"] = gettext(
+            "NKS accepted the resize but showed no sign of starting it within %(minutes)s "
+            "minutes (no event, no status change)."
+        ) % {"minutes": settings.NKS_RESIZE_FOLLOW_MINUTES}
         fields["finished_at"] = now
     elif (
         request.state == ResizeState.UNCERTAIN
@@ -153,11 +160,10 @@ def advance_resize(request: ResizeRequest, now: datetime) -> ResizeState:
         and now - request.nks_called_at > UNCERTAIN_GIVE_UP
     ):
         verdict = ResizeState.FAILED
-        fields["error"] = (
-            f"{request.error} NKS showed no resize event or status change in the "
-            f"{int(UNCERTAIN_GIVE_UP.total_seconds() // 60)} minutes after that answer, so the "
-            "resize was most likely not applied."
-        )
+        fields["error"] = gettext(
+            "%(error)s NKS showed no resize event or status change in the %(minutes)s minutes "
+            "after that answer, so the resize was most likely not applied."
+        ) % {"error": request.error, "minutes": int(UNCERTAIN_GIVE_UP.total_seconds() // 60)}
         fields["finished_at"] = now
 
     if verdict is None:
@@ -261,5 +267,9 @@ def give_up_resize(request_id: int, who: str) -> bool:
     return fail_request(
         request_id,
         IN_FLIGHT_STATES,
-        f"Given up by {who}: the dashboard stopped following it. Check NKS before resizing again.",
+        gettext(
+            "Given up by %(who)s: the dashboard stopped following it. Check NKS before "
+            "resizing again."
+        )
+        % {"who": who},
     )

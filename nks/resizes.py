@@ -16,6 +16,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from nks import client as nks
 from nks.accounts import client_for
@@ -54,12 +55,17 @@ class ResizeConflict(Exception):
     @property
     def message(self) -> str:
         request = self.request
-        return (
-            f"A resize of {request.nodegroup_name} is already in flight: request "
-            f"#{request.pk} ({request.from_count} → {request.to_count} nodes, "
-            f"{request.get_state_display()}) by {request.username or 'unknown'}. "
-            "Wait for it to finish."
-        )
+        return gettext(
+            "A resize of %(nodegroup)s is already in flight: request #%(id)s (%(from)s → %(to)s "
+            "nodes, %(state)s) by %(username)s. Wait for it to finish."
+        ) % {
+            "nodegroup": request.nodegroup_name,
+            "id": request.pk,
+            "from": request.from_count,
+            "to": request.to_count,
+            "state": request.get_state_display(),
+            "username": request.username or gettext("unknown"),
+        }
 
 
 def in_flight_resize(nodegroup: NksNodegroup) -> ResizeRequest | None:
@@ -155,14 +161,18 @@ def precheck_resize(
 ) -> str | None:
     """Why the resize must not be sent, judged on a fresh read of the nodegroup, or None."""
     if group.in_progress:
-        return f"Nodegroup {group.name} is {group.status} in NKS: another operation is running."
+        return gettext(
+            "Nodegroup %(nodegroup)s is %(status)s in NKS: another operation is running."
+        ) % {"nodegroup": group.name, "status": group.status}
     if group.autoscale.enabled:
-        return f"The cluster autoscaler is enabled on {group.name}: it owns the node count."
+        return gettext(
+            "The cluster autoscaler is enabled on %(nodegroup)s: it owns the node count."
+        ) % {"nodegroup": group.name}
     if group.node_count is not None and group.node_count != request.from_count:
-        return (
-            f"Nodegroup {group.name} has {group.node_count} nodes in NKS now, not the "
-            f"{request.from_count} the request was made for."
-        )
+        return gettext(
+            "Nodegroup %(nodegroup)s has %(count)s nodes in NKS now, not the %(from)s the "
+            "request was made for."
+        ) % {"nodegroup": group.name, "count": group.node_count, "from": request.from_count}
     if request.nodes_to_remove:
         # NKS lists no node: the watched cluster's Nodes say who is (still) in the nodegroup.
         # Unwatched since the request was made: nothing to check against; NKS refuses UUIDs
@@ -171,7 +181,10 @@ def precheck_resize(
         members = {node.instance.uuid for node in nodes.members} if nodes else None
         strangers = [uuid for uuid in request.nodes_to_remove if members and uuid not in members]
         if strangers:
-            return f"Nodes {', '.join(strangers)} are no longer in nodegroup {group.name}."
+            return gettext("Nodes %(nodes)s are no longer in nodegroup %(nodegroup)s.") % {
+                "nodes": ", ".join(strangers),
+                "nodegroup": group.name,
+            }
     return None
 
 
@@ -201,15 +214,22 @@ def submit_resize(request_id: int) -> ResizeState | None:
         fail_request(
             request_id,
             submitting,
-            f"Could not read the nodegroup from NKS before resizing, so nothing was sent: "
-            f"{error.message}",
+            gettext(
+                "Could not read the nodegroup from NKS before resizing, so nothing was sent: "
+                "%(error)s"
+            )
+            % {"error": error.message},
             error_kind=error.kind.value,
             error_status=error.status,
         )
         return ResizeState.FAILED
     problem = precheck_resize(request, fresh)
     if problem is not None:
-        fail_request(request_id, submitting, f"{problem} Nothing was sent to NKS.")
+        fail_request(
+            request_id,
+            submitting,
+            gettext("%(problem)s Nothing was sent to NKS.") % {"problem": problem},
+        )
         return ResizeState.FAILED
 
     # The last gate before the POST: a run that lost the request (given up as stuck while it

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.text import slugify
+from django.utils.translation import gettext
 
 from leases.models import KubeCluster
 from leases.services import ClusterConfigError, register_kube_cluster
@@ -39,7 +40,10 @@ class AccountConfigError(ValueError):
 def _check_url(label: str, url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise AccountConfigError(f"The {label} must be an http:// or https:// URL with a host.")
+        raise AccountConfigError(
+            gettext("The %(field)s must be an http:// or https:// URL with a host.")
+            % {"field": label}
+        )
     return url.rstrip("/")
 
 
@@ -58,7 +62,7 @@ def register_nks_account(
     """Add (or with ``replace``, update) an NKS account polled by the dashboard."""
     identity = (identity_url, tenant_id, username, password)
     if token and any(identity):
-        raise AccountConfigError("Give either a token or identity credentials, not both.")
+        raise AccountConfigError(gettext("Give either a token or identity credentials, not both."))
     if not token and not all(identity):
         missing = [
             label
@@ -67,12 +71,17 @@ def register_nks_account(
             )
             if not value
         ]
+        # The missing names are option names (--identity-url, ...) in spirit: kept in English.
         raise AccountConfigError(
-            f"Give a token, or identity credentials (missing: {', '.join(missing)})."
+            gettext("Give a token, or identity credentials (missing: %(missing)s).")
+            % {"missing": ", ".join(missing)}
         )
     existing = NksAccount.objects.select_for_update().filter(name=name).first()
     if existing is not None and not replace:
-        raise AccountConfigError(f"An NKS account named {name!r} exists already (use --replace).")
+        raise AccountConfigError(
+            gettext("An NKS account named %(name)s exists already (use --replace).")
+            % {"name": repr(name)}
+        )
     account = existing or NksAccount(name=name)
     account.api_url = _check_url("API URL", api_url)
     account.identity_url = _check_url("identity URL", identity_url) if identity_url else ""
@@ -131,11 +140,16 @@ def watch_cluster_leases(cluster_id: int) -> LeaseSource:
             NksCluster.objects.filter(pk=cluster_id).update(kube_cluster=existing)
         return LeaseSource(existing, created=False)
     if cluster.gone_at is not None:
-        raise LeaseSourceError(f"{cluster.name} is gone from NKS; there is nothing to watch.")
+        raise LeaseSourceError(
+            gettext("%(cluster)s is gone from NKS; there is nothing to watch.")
+            % {"cluster": cluster.name}
+        )
     try:
         kubeconfig = client_for(cluster.account).get_kubeconfig(cluster.uuid)
     except nks.NksError as error:
-        raise LeaseSourceError(f"NKS did not hand out the kubeconfig: {error.message}") from None
+        raise LeaseSourceError(
+            gettext("NKS did not hand out the kubeconfig: %(error)s") % {"error": error.message}
+        ) from None
     try:
         with transaction.atomic():
             kube_cluster, created = register_kube_cluster(
@@ -143,7 +157,9 @@ def watch_cluster_leases(cluster_id: int) -> LeaseSource:
             )
             NksCluster.objects.filter(pk=cluster_id).update(kube_cluster=kube_cluster)
     except ClusterConfigError as error:
-        raise LeaseSourceError(f"The kubeconfig from NKS cannot be used: {error}") from None
+        raise LeaseSourceError(
+            gettext("The kubeconfig from NKS cannot be used: %(error)s") % {"error": error}
+        ) from None
     logger.info("NKS cluster %s registered as Lease source %s", cluster.name, kube_cluster.name)
     return LeaseSource(kube_cluster, created=created)
 

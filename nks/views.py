@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
 
 from dashboard.htmx import render_page
@@ -76,13 +77,17 @@ def watch_leases(request: HttpRequest, uuid: str) -> HttpResponse:
         if source.created:
             messages.success(
                 request,
-                f"{cluster.name} is now watched for Leases and Nodes as "
-                f"{source.kube_cluster.name}; a watch worker connects within seconds.",
+                gettext(
+                    "%(cluster)s is now watched for Leases and Nodes as %(source)s; a watch "
+                    "worker connects within seconds."
+                )
+                % {"cluster": cluster.name, "source": source.kube_cluster.name},
             )
         else:
             messages.info(
                 request,
-                f"{cluster.name} is already watched for Leases and Nodes as {source.kube_cluster}.",
+                gettext("%(cluster)s is already watched for Leases and Nodes as %(source)s.")
+                % {"cluster": cluster.name, "source": source.kube_cluster},
             )
     if back and request.POST["next"].startswith("/"):
         return redirect(request.POST["next"])
@@ -159,8 +164,16 @@ def resize(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
         )
     messages.success(
         request,
-        f"Resize #{created.pk} of {nodegroup.name} ({created.from_count} → {created.to_count} "
-        "nodes) is queued; this page follows it.",
+        gettext(
+            "Resize #%(id)s of %(nodegroup)s (%(from)s → %(to)s nodes) is queued; this page "
+            "follows it."
+        )
+        % {
+            "id": created.pk,
+            "nodegroup": nodegroup.name,
+            "from": created.from_count,
+            "to": created.to_count,
+        },
     )
     return redirect("nks:resize_detail", pk=created.pk)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import orjson
+from django.utils.translation import gettext, pgettext
 
 from nks.client.parsing import as_text
 from nks.client.types import Timeouts
@@ -27,10 +28,69 @@ from nks.client.types import Timeouts
 # failure, short enough to fit a table cell and an e-mail subject line.
 EXCERPT_LIMIT = 200
 
-UNCERTAIN_WRITE = (
-    "the request may or may not have been applied; check the nodegroup status and the cluster's "
-    "events before trying again"
-)
+
+def uncertain_write() -> str:
+    """The warning a write whose fate is unknown carries, in the active language."""
+    return gettext(
+        "the request may or may not have been applied; check the nodegroup status and the "
+        "cluster's events before trying again"
+    )
+
+
+# Messages are built from whole clauses, each translated on its own, and joined by a pattern
+# that is itself translated: a translator may reorder or repunctuate, never sees a fragment.
+def with_hint(message: str, hint: str) -> str:
+    """``message (hint)``: what happened, then what it likely means."""
+    return pgettext("an error, then a hint in brackets", "%(message)s (%(hint)s)") % {
+        "message": message,
+        "hint": hint,
+    }
+
+
+def with_consequence(message: str, consequence: str) -> str:
+    """``message; consequence``: what happened, then what follows for the reader."""
+    return pgettext("an error, then what follows from it", "%(message)s; %(consequence)s") % {
+        "message": message,
+        "consequence": consequence,
+    }
+
+
+def uncertain(message: str, idempotent: bool) -> str:
+    """``message``, warned that a write may have been applied when it was one."""
+    return message if idempotent else with_consequence(message, uncertain_write())
+
+
+def answered(
+    status: int, method: str, path: str, excerpt: str = "", *, identity: bool = False
+) -> str:
+    """ "NKS answered 503 Service Unavailable for GET /path: what it said" (or the identity
+    service). The reason phrase is HTTP's own, kept in English like the method and path."""
+    values = {
+        "status": status,
+        "phrase": reason_phrase(status),
+        "method": method,
+        "path": path,
+        "excerpt": excerpt,
+    }
+    if identity:
+        if excerpt:
+            return (
+                gettext(
+                    "The identity service answered %(status)s %(phrase)s for %(method)s "
+                    "%(path)s: %(excerpt)s"
+                )
+                % values
+            )
+        return (
+            gettext("The identity service answered %(status)s %(phrase)s for %(method)s %(path)s")
+            % values
+        )
+    if excerpt:
+        return (
+            gettext("NKS answered %(status)s %(phrase)s for %(method)s %(path)s: %(excerpt)s")
+            % values
+        )
+    return gettext("NKS answered %(status)s %(phrase)s for %(method)s %(path)s") % values
 
 
 class ErrorKind(enum.StrEnum):
@@ -241,28 +301,37 @@ def status_error(
     idempotent: bool,
     fixed_token: bool,
     redact_text: Callable[[str], str],
+    identity: bool = False,
 ) -> NksError:
-    """The error for a non-2xx answer: its kind, and whether sending it again can help."""
+    """The error for a non-2xx answer: its kind, and whether sending it again can help.
+
+    ``identity``: the answer came from the identity service, not NKS (the message says so).
+    """
     status = response.status_code
     excerpt = server_excerpt(response)
-    message = f"NKS answered {status} {reason_phrase(status)} for {method} {path}"
-    if excerpt:
-        message += f": {excerpt}"
+    message = answered(status, method, path, excerpt, identity=identity)
     retry_after: float | None = None
     if 300 <= status < 400:
         kind, retryable = ErrorKind.CLIENT, False
         location = text_excerpt(response.headers.get("location", ""))
-        message += f" (redirected to {location or 'nowhere'}; check the configured API URL)"
+        message = with_hint(
+            message,
+            gettext("redirected to %(location)s; check the configured API URL")
+            % {"location": location}
+            if location
+            else gettext("redirected to nowhere; check the configured API URL"),
+        )
     elif status == http.HTTPStatus.UNAUTHORIZED:
         kind, retryable = ErrorKind.AUTH, False
-        message += (
-            " (the configured NKS token was rejected; it may have expired)"
+        message = with_hint(
+            message,
+            gettext("the configured NKS token was rejected; it may have expired")
             if fixed_token
-            else " (rejected even with a freshly issued token; check the account's access)"
+            else gettext("rejected even with a freshly issued token; check the account's access"),
         )
     elif status == http.HTTPStatus.FORBIDDEN:
         kind, retryable = ErrorKind.FORBIDDEN, False
-        message += " (the account is not allowed to do this)"
+        message = with_hint(message, gettext("the account is not allowed to do this"))
     elif status == http.HTTPStatus.NOT_FOUND:
         kind, retryable = ErrorKind.NOT_FOUND, False
     elif status == http.HTTPStatus.CONFLICT:
@@ -276,8 +345,7 @@ def status_error(
         kind, retryable = ErrorKind.SERVER, idempotent
         if status == http.HTTPStatus.SERVICE_UNAVAILABLE:
             retry_after = _parse_retry_after(response.headers.get("retry-after"))
-        if not idempotent:
-            message += f"; {UNCERTAIN_WRITE}"
+        message = uncertain(message, idempotent)
     else:
         kind, retryable = ErrorKind.CLIENT, False
     return NksError(
@@ -301,11 +369,18 @@ def transport_error(
 ) -> NksError:
     """The error for a call that got no usable answer: a timeout, a refused or dropped line."""
     detail = redact_text(text_excerpt(str(exc))) or type(exc).__name__
+    values = {"method": method, "path": path, "detail": detail, "host": host}
     if isinstance(exc, httpx.DecodingError):
         # A 2xx whose compressed body is corrupt: the same ambiguity as a mangled JSON body.
         return NksError(
-            f"NKS answered {method} {path} with a body that could not be decoded: {detail}"
-            + ("" if idempotent else f"; {UNCERTAIN_WRITE}"),
+            uncertain(
+                gettext(
+                    "NKS answered %(method)s %(path)s with a body that could not be decoded: "
+                    "%(detail)s"
+                )
+                % values,
+                idempotent,
+            ),
             retryable=idempotent,
             status=None,
             kind=ErrorKind.BAD_RESPONSE,
@@ -313,23 +388,58 @@ def transport_error(
     # Connect failures never reached NKS; anything later may have, which matters for writes.
     never_sent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
     retryable = idempotent or never_sent
-    suffix = "" if retryable else f"; {UNCERTAIN_WRITE}"
     if isinstance(exc, httpx.TimeoutException):
+        # One whole sentence per stage, so each reads naturally in every language.
         stage = {
-            httpx.ConnectTimeout: ("connecting", timeouts.connect),
-            httpx.ReadTimeout: ("waiting for the answer", timeouts.read),
-            httpx.WriteTimeout: ("sending the request", timeouts.write),
-            httpx.PoolTimeout: ("waiting for a free connection", timeouts.pool),
-        }.get(type(exc), ("waiting", timeouts.read))
+            httpx.ConnectTimeout: (
+                gettext(
+                    "NKS at %(host)s timed out connecting for %(method)s %(path)s "
+                    "(limit %(limit)s s)"
+                ),
+                timeouts.connect,
+            ),
+            httpx.ReadTimeout: (
+                gettext(
+                    "NKS at %(host)s timed out waiting for the answer for %(method)s %(path)s "
+                    "(limit %(limit)s s)"
+                ),
+                timeouts.read,
+            ),
+            httpx.WriteTimeout: (
+                gettext(
+                    "NKS at %(host)s timed out sending the request for %(method)s %(path)s "
+                    "(limit %(limit)s s)"
+                ),
+                timeouts.write,
+            ),
+            httpx.PoolTimeout: (
+                gettext(
+                    "NKS at %(host)s timed out waiting for a free connection for %(method)s "
+                    "%(path)s (limit %(limit)s s)"
+                ),
+                timeouts.pool,
+            ),
+        }.get(
+            type(exc),
+            (
+                gettext(
+                    "NKS at %(host)s timed out waiting for %(method)s %(path)s (limit %(limit)s s)"
+                ),
+                timeouts.read,
+            ),
+        )
         return NksError(
-            f"NKS at {host} timed out {stage[0]} for {method} {path} "
-            f"(limit {stage[1]:g} s){suffix}",
+            uncertain(stage[0] % {**values, "limit": f"{stage[1]:g}"}, retryable),
             retryable=retryable,
             status=None,
             kind=ErrorKind.TIMEOUT,
         )
     return NksError(
-        f"Could not talk to NKS at {host} for {method} {path}: {detail}{suffix}",
+        uncertain(
+            gettext("Could not talk to NKS at %(host)s for %(method)s %(path)s: %(detail)s")
+            % values,
+            retryable,
+        ),
         retryable=retryable,
         status=None,
         kind=ErrorKind.CONNECTION,

@@ -17,9 +17,9 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 import orjson
+from django.utils.translation import gettext
 
 from nks.client.errors import (
-    UNCERTAIN_WRITE,
     ErrorKind,
     NksError,
     RetryPolicy,
@@ -28,6 +28,7 @@ from nks.client.errors import (
     server_excerpt,
     status_error,
     transport_error,
+    uncertain,
 )
 from nks.client.identity import TokenSource
 from nks.client.parsing import (
@@ -192,7 +193,8 @@ class NksClient:
         config = self._read(path).get("config")
         if not isinstance(config, str) or not config.strip():
             raise NksError(
-                f"NKS answered GET {path} without a kubeconfig in the 'config' field",
+                gettext("NKS answered GET %(path)s without a kubeconfig in the 'config' field")
+                % {"path": path},
                 retryable=False,
                 status=200,
                 kind=ErrorKind.BAD_RESPONSE,
@@ -236,7 +238,8 @@ class NksClient:
         items = body.get(key)
         if not isinstance(items, list):
             raise NksError(
-                f"NKS answered GET {path} without a '{key}' list",
+                gettext("NKS answered GET %(path)s without a '%(key)s' list")
+                % {"path": path, "key": key},
                 retryable=True,
                 status=200,
                 kind=ErrorKind.BAD_RESPONSE,
@@ -260,7 +263,8 @@ class NksClient:
             return parse(body)
         except ShapeError as exc:
             raise NksError(
-                f"NKS answered GET {path} with {exc}",
+                gettext("NKS answered GET %(path)s with %(problem)s")
+                % {"path": path, "problem": exc},
                 retryable=False,
                 status=200,
                 kind=ErrorKind.BAD_RESPONSE,
@@ -359,15 +363,21 @@ class NksClient:
         data: Any = None
         if looks_like_html(response):
             excerpt = server_excerpt(response)
-            problem = "an HTML page instead of JSON" + (f" ({excerpt})" if excerpt else "")
+            problem = (
+                gettext("an HTML page instead of JSON (%(excerpt)s)") % {"excerpt": excerpt}
+                if excerpt
+                else gettext("an HTML page instead of JSON")
+            )
         else:
             try:
                 data = orjson.loads(response.content)
             except orjson.JSONDecodeError:
-                problem = "a body that is not valid JSON (truncated or garbled)"
+                problem = gettext("a body that is not valid JSON (truncated or garbled)")
             else:
                 if not isinstance(data, dict):
-                    problem = f"JSON that is a {type(data).__name__}, not an object"
+                    problem = gettext("JSON that is a %(type)s, not an object") % {
+                        "type": type(data).__name__
+                    }
         if problem is None:
             return data
         if not idempotent and not looks_like_html(response):
@@ -375,12 +385,17 @@ class NksClient:
             # invite a second resize, so accept it and leave a trace.
             logger.warning("NKS accepted %s %s but answered with %s", method, path, problem)
             return {}
-        suffix = "" if idempotent else f"; {UNCERTAIN_WRITE}"
+        message = gettext(
+            "NKS answered %(status)s %(phrase)s for %(method)s %(path)s with %(problem)s"
+        ) % {
+            "status": status,
+            "phrase": reason_phrase(status),
+            "method": method,
+            "path": path,
+            "problem": problem,
+        }
         raise NksError(
-            self._tokens.redact(
-                f"NKS answered {status} {reason_phrase(status)} for {method} {path} "
-                f"with {problem}{suffix}"
-            ),
+            self._tokens.redact(uncertain(message, idempotent)),
             retryable=idempotent,
             status=status,
             kind=ErrorKind.BAD_RESPONSE,

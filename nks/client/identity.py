@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import orjson
+from django.utils.translation import gettext
 
 from nks.client.errors import (
     ErrorKind,
@@ -147,14 +148,18 @@ class TokenSource:
         host = urlsplit(self.identity_url or "").netloc
         if isinstance(exc, httpx.TimeoutException):
             return NksError(
-                f"The identity service at {host} timed out for POST {path}",
+                gettext("The identity service at %(host)s timed out for POST %(path)s")
+                % {"host": host, "path": path},
                 retryable=True,
                 status=None,
                 kind=ErrorKind.TIMEOUT,
             )
         detail = self.redact(text_excerpt(str(exc))) or type(exc).__name__
         return NksError(
-            f"Could not talk to the identity service at {host} for POST {path}: {detail}",
+            gettext(
+                "Could not talk to the identity service at %(host)s for POST %(path)s: %(detail)s"
+            )
+            % {"host": host, "path": path, "detail": detail},
             retryable=True,
             status=None,
             kind=ErrorKind.CONNECTION,
@@ -165,29 +170,38 @@ class TokenSource:
         if status in (http.HTTPStatus.UNAUTHORIZED, http.HTTPStatus.FORBIDDEN):
             # The credentials themselves were refused: that needs a person, not a retry.
             excerpt = self.redact(server_excerpt(response))
+            values = {
+                "status": status,
+                "phrase": reason_phrase(status),
+                "path": path,
+                "tenant": self.tenant_id,
+                "excerpt": excerpt,
+            }
             raise NksError(
-                f"The identity service answered {status} {reason_phrase(status)} for POST "
-                f"{path}: it refused the NKS credentials for tenant {self.tenant_id}"
-                + (f" ({excerpt})" if excerpt else ""),
+                gettext(
+                    "The identity service answered %(status)s %(phrase)s for POST %(path)s: it "
+                    "refused the NKS credentials for tenant %(tenant)s (%(excerpt)s)"
+                )
+                % values
+                if excerpt
+                else gettext(
+                    "The identity service answered %(status)s %(phrase)s for POST %(path)s: it "
+                    "refused the NKS credentials for tenant %(tenant)s"
+                )
+                % values,
                 retryable=False,
                 status=status,
                 kind=ErrorKind.AUTH,
             )
         if not 200 <= status < 300:
-            error = status_error(
+            raise status_error(
                 "POST",
                 path,
                 response,
                 idempotent=True,
                 fixed_token=self.fixed,
                 redact_text=self.redact,
-            )
-            raise NksError(
-                error.message.replace("NKS answered", "The identity service answered", 1),
-                retryable=error.retryable,
-                status=status,
-                kind=error.kind,
-                retry_after=error.retry_after,
+                identity=True,
             )
         try:
             data = orjson.loads(response.content)
@@ -195,15 +209,19 @@ class TokenSource:
             value = token_data["id"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             raise NksError(
-                f"The identity service answered {status} for POST {path} without "
-                "access.token.id in JSON",
+                gettext(
+                    "The identity service answered %(status)s for POST %(path)s without "
+                    "access.token.id in JSON"
+                )
+                % {"status": status, "path": path},
                 retryable=True,
                 status=status,
                 kind=ErrorKind.BAD_RESPONSE,
             ) from None
         if not isinstance(value, str) or not value:
             raise NksError(
-                f"The identity service answered POST {path} with an empty token id",
+                gettext("The identity service answered POST %(path)s with an empty token id")
+                % {"path": path},
                 retryable=True,
                 status=status,
                 kind=ErrorKind.BAD_RESPONSE,

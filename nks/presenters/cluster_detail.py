@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.utils.translation import gettext
+
 from dashboard.natural import natural_key
 from dashboard.timefmt import iso_js, iso_utc
 from nks import queries
@@ -46,24 +48,23 @@ class ClusterDetail:
 
 def _health_fields(cluster: NksCluster, row: ClusterRow) -> list[tuple[str, str]]:
     """NKS's health report field by field, as sent: what an engineer compares with NKS."""
+    # Field names as NKS spells them (health_status, api, cluster.api_status, ...) stay so.
+    version_status = cluster.kube_version_status or gettext("status unknown")
     return [
-        ("Health (dashboard's verdict)", row.health.label),
-        ("health_status", cluster.health_status or "missing"),
+        (gettext("Health (dashboard's verdict)"), str(row.health.label)),
+        ("health_status", cluster.health_status or gettext("missing")),
         (
-            "Health data refreshed by NKS",
-            iso_utc(cluster.health_timestamp) if cluster.health_timestamp else "unknown",
+            gettext("Health data refreshed by NKS"),
+            iso_utc(cluster.health_timestamp) if cluster.health_timestamp else gettext("unknown"),
         ),
         ("api", cluster.api or "—"),
         ("cluster.api_status", cluster.api_status or "—"),
         ("cluster.node_status", cluster.node_status or "—"),
-        ("Nodes ready", row.nodes_text),
-        (
-            "Kubernetes",
-            f"{cluster.kube_version or '?'} ({cluster.kube_version_status or 'status unknown'})",
-        ),
-        ("Platform version", cluster.platform_version or "—"),
-        ("Availability zone", cluster.availability_zone or "—"),
-        ("API address", cluster.api_address or "—"),
+        (gettext("Nodes ready"), row.nodes_text),
+        ("Kubernetes", f"{cluster.kube_version or '?'} ({version_status})"),
+        (gettext("Platform version"), cluster.platform_version or "—"),
+        (gettext("Availability zone"), cluster.availability_zone or "—"),
+        (gettext("API address"), cluster.api_address or "—"),
         ("UUID", cluster.uuid),
     ]
 

@@ -8,13 +8,21 @@ from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
+from django.utils.translation import gettext
 
 from dashboard.natural import natural_key
 from dashboard.timefmt import When, format_duration, iso_js, when
 from nks import queries
 from nks.enums import Freshness, OperationPhase
 from nks.models import HEALTH_RANK, Health, NksAccount, NksCluster, stale_after
-from nks.presenters.common import Banner, ReadyBar, account_banners, age_text, ready_bar
+from nks.presenters.common import (
+    Banner,
+    ReadyBar,
+    account_banners,
+    age_text,
+    length_text,
+    ready_bar,
+)
 
 
 @dataclass(slots=True)
@@ -48,17 +56,23 @@ class ClusterRow:
 
 def _health_note(cluster: NksCluster, effective: Health, now: datetime) -> str:
     if cluster.gone_at is not None:
-        return f"gone from NKS {age_text(cluster.gone_at, now)}"
+        return gettext("gone from NKS %(age)s") % {"age": age_text(cluster.gone_at, now)}
     if effective != cluster.health:
-        age = age_text(cluster.polled_at, now).removesuffix(" ago")
-        return f"the dashboard's data is {age} old"
+        if cluster.polled_at is None:
+            return gettext("the dashboard has no poll of it")
+        return gettext("the dashboard's data is %(length)s old") % {
+            "length": length_text(cluster.polled_at, now)
+        }
     if effective == Health.UNKNOWN:
         if cluster.freshness != Freshness.FRESH:
-            shown = cluster.health_status or "missing"
-            return f"NKS health data is {shown}, so it cannot be trusted"
+            # health_status is NKS's own word (FRESH, STALE, ROTTEN, ...): shown as sent.
+            shown = cluster.health_status or gettext("missing")
+            return gettext("NKS health data is %(health_status)s, so it cannot be trusted") % {
+                "health_status": shown
+            }
         if cluster.health_problem:
             return cluster.health_problem
-        return "NKS did not say whether the API and nodes are fine"
+        return gettext("NKS did not say whether the API and nodes are fine")
     return ""
 
 
@@ -66,7 +80,7 @@ def _nodes_text(cluster: NksCluster) -> str:
     total = cluster.node_count
     if cluster.nodes_ready is not None:
         return f"{cluster.nodes_ready}/{total if total is not None else '?'}"
-    return f"?/{total}" if total is not None else "unknown"
+    return f"?/{total}" if total is not None else gettext("unknown")
 
 
 def cluster_row(cluster: NksCluster, now: datetime) -> ClusterRow:
@@ -79,17 +93,17 @@ def cluster_row(cluster: NksCluster, now: datetime) -> ClusterRow:
         url=reverse("nks:cluster", args=[cluster.uuid]),
         name=cluster.name,
         account=cluster.account.name,
-        status=cluster.status or "unknown",
+        status=cluster.status or gettext("unknown"),
         phase=phase,
         health=effective,
         health_note=_health_note(cluster, effective, now),
-        health_status=cluster.health_status or "missing",
+        health_status=cluster.health_status or gettext("missing"),
         freshness=Freshness(cluster.freshness),
         health_timestamp=when(cluster.health_timestamp, now),
-        api_status=cluster.api_status or cluster.api or "unknown",
+        api_status=cluster.api_status or cluster.api or gettext("unknown"),
         api_reported=cluster.api_status,
         api_ok=cluster.api_ok,
-        node_status=cluster.node_status or "unknown",
+        node_status=cluster.node_status or gettext("unknown"),
         nodes_text=_nodes_text(cluster),
         ready=ready_bar(cluster.nodes_ready, cluster.nodes_not_ready),
         kube_version=cluster.kube_version or "—",

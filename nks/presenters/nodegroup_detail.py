@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.utils.translation import gettext
+
 from dashboard.natural import natural_key
 from dashboard.timefmt import When, iso_js, when
 from leases.models import ConditionStatus, LeaseState
@@ -160,7 +162,8 @@ def nodegroup_detail(
         banners.append(
             Banner(
                 "warning",
-                f"NKS stopped listing this nodegroup {age_text(nodegroup.gone_at, now)}.",
+                gettext("NKS stopped listing this nodegroup %(age)s.")
+                % {"age": age_text(nodegroup.gone_at, now)},
             )
         )
     return NodegroupDetail(

@@ -5,22 +5,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from dashboard.timefmt import When, iso_js, iso_utc, when
+from django.utils.functional import Promise
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from dashboard.timefmt import When, iso_js, iso_utc, local_moment_text, when
 from nks.models import ResizeRequest, ResizeState
 from nks.node_picture import RemovedNode, removed_nodes
 from nks.presenters.resizes import ResizeRow, resize_rows
 from nks.presenters.rows import EventRow, NodegroupRow, event_rows, nodegroup_row
 
-STATE_EXPLANATIONS = {
-    ResizeState.PENDING: "Queued: a worker will send it to NKS in a moment.",
-    ResizeState.SUBMITTING: "A worker is checking the nodegroup and sending the resize to NKS.",
-    ResizeState.SUBMITTED: "NKS accepted the resize; waiting for it to start.",
-    ResizeState.IN_PROGRESS: "NKS is resizing the nodegroup.",
-    ResizeState.UNCERTAIN: "The call to NKS failed in a way that may still have reached it. "
-    "The dashboard is watching the nodegroup and its events to find out; it will not send the "
-    "resize again.",
-    ResizeState.SUCCEEDED: "NKS resized the nodegroup.",
-    ResizeState.FAILED: "The resize did not happen (or NKS reported it failed).",
+STATE_EXPLANATIONS: dict[ResizeState, str | Promise] = {
+    ResizeState.PENDING: _("Queued: a worker will send it to NKS in a moment."),
+    ResizeState.SUBMITTING: _("A worker is checking the nodegroup and sending the resize to NKS."),
+    ResizeState.SUBMITTED: _("NKS accepted the resize; waiting for it to start."),
+    ResizeState.IN_PROGRESS: _("NKS is resizing the nodegroup."),
+    ResizeState.UNCERTAIN: _(
+        "The call to NKS failed in a way that may still have reached it. The dashboard is "
+        "watching the nodegroup and its events to find out; it will not send the resize again."
+    ),
+    ResizeState.SUCCEEDED: _("NKS resized the nodegroup."),
+    ResizeState.FAILED: _("The resize did not happen (or NKS reported it failed)."),
 }
 
 
@@ -57,6 +62,8 @@ class ResizeDetail:
     # Why the removals cannot be confirmed from the cluster ("" when they can, or none).
     removals_note: str
     server_now: str
+    # When it was asked for, to the second in the reader's zone (UTC in the tooltip).
+    created_text: str
 
     @property
     def awaiting_removals(self) -> bool:
@@ -65,7 +72,7 @@ class ResizeDetail:
             removal.name and removal.deleted is None for removal in self.removals
         )
 
-    explanation: str
+    explanation: str | Promise
 
 
 def _steps(request: ResizeRequest, now: datetime) -> list[Step]:
@@ -78,34 +85,39 @@ def _steps(request: ResizeRequest, now: datetime) -> list[Step]:
     accepted = accepted or started
     return [
         Step(
-            "Queued", True, False, state == ResizeState.PENDING, when(request.created_at, now), ""
+            gettext("Queued"),
+            True,
+            False,
+            state == ResizeState.PENDING,
+            when(request.created_at, now),
+            "",
         ),
         Step(
-            "Sent to NKS",
+            gettext("Sent to NKS"),
             sent,
             failed and not sent,
             state == ResizeState.SUBMITTING,
             when(request.nks_called_at, now),
-            "once" if sent else ("nothing was sent" if failed else ""),
+            gettext("once") if sent else (gettext("nothing was sent") if failed else ""),
         ),
         Step(
-            "Accepted by NKS",
+            gettext("Accepted by NKS"),
             accepted,
             (failed and sent and not accepted) or state == ResizeState.UNCERTAIN,
             state in (ResizeState.SUBMITTED, ResizeState.UNCERTAIN),
             None,
-            "answer unclear: following up" if state == ResizeState.UNCERTAIN else "",
+            gettext("answer unclear: following up") if state == ResizeState.UNCERTAIN else "",
         ),
         Step(
-            "In progress",
+            gettext("In progress"),
             started,
             False,
             state == ResizeState.IN_PROGRESS,
             when(request.started_at, now),
-            "nodegroup UPDATE_IN_PROGRESS or event IN_PROGRESS",
+            gettext("nodegroup UPDATE_IN_PROGRESS or event IN_PROGRESS"),
         ),
         Step(
-            "Failed" if failed else "Succeeded",
+            gettext("Failed") if failed else gettext("Succeeded"),
             finished,
             failed,
             finished,
@@ -128,20 +140,35 @@ def resize_detail(request: ResizeRequest, now: datetime) -> ResizeDetail:
         removals=removals,
         removals_note=note,
         server_now=iso_js(now),
+        created_text=local_moment_text(request.created_at),
         explanation=STATE_EXPLANATIONS[ResizeState(request.state)],
     )
 
 
 def _removal_text(node: RemovedNode, state: ResizeState) -> str:
-    name = node.name or "a node never seen in the cluster"
     if node.deleted_at is not None:
-        lease = "" if node.lease_gone else "; its heartbeat Lease is still there"
-        return f"node {name} deleted from the cluster at {iso_utc(node.deleted_at)}{lease}"
+        values = {"node": node.name, "at": iso_utc(node.deleted_at)}
+        if not node.name:
+            return (
+                gettext("a node never seen in the cluster deleted from the cluster at %(at)s")
+                % values
+            )
+        if node.lease_gone:
+            return gettext("node %(node)s deleted from the cluster at %(at)s") % values
+        return (
+            gettext(
+                "node %(node)s deleted from the cluster at %(at)s; its heartbeat Lease is "
+                "still there"
+            )
+            % values
+        )
     if not node.name:
-        return "no Node object with this instance UUID was seen in the cluster"
+        return gettext("no Node object with this instance UUID was seen in the cluster")
     if state == ResizeState.SUCCEEDED:
-        return f"node {name}: NKS finished, waiting for the cluster to delete its Node object"
-    return f"node {name}: still in the cluster"
+        return gettext(
+            "node %(node)s: NKS finished, waiting for the cluster to delete its Node object"
+        ) % {"node": node.name}
+    return gettext("node %(node)s: still in the cluster") % {"node": node.name}
 
 
 def _removals(request: ResizeRequest, now: datetime) -> tuple[list[Removal], str]:
@@ -153,7 +180,7 @@ def _removals(request: ResizeRequest, now: datetime) -> tuple[list[Removal], str
     state = ResizeState(request.state)
     if found is None:
         rows = [Removal(uuid, "", "", None, False, "") for uuid in uuids]
-        return rows, (
+        return rows, gettext(
             "The cluster is not watched, so whether these nodes left it cannot be confirmed."
         )
     return [

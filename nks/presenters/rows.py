@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.urls import reverse
+from django.utils.translation import gettext
 
 from dashboard.links import lease_url
 from dashboard.natural import natural_key
@@ -79,21 +80,25 @@ def nodegroup_row(group: NksNodegroup, cluster: NksCluster, now: datetime) -> No
     )
     if verdict is not None and cluster.effective_health(now) == Health.UNKNOWN:
         verdict = Health.UNKNOWN
-    autoscaler = {True: "on", False: "off", None: "unknown"}[group.autoscaler_enabled]
+    autoscaler = {
+        True: gettext("on"),
+        False: gettext("off"),
+        None: gettext("unknown"),
+    }[group.autoscaler_enabled]
     if group.autoscaler_enabled and (group.autoscaler_min or group.autoscaler_max):
         autoscaler += f" ({group.autoscaler_min or '?'}-{group.autoscaler_max or '?'})"
     return NodegroupRow(
         url=nodegroup_url(cluster.uuid, group.name),
         name=group.name,
         role=group.role or "—",
-        status=group.status or "unknown",
+        status=group.status or gettext("unknown"),
         phase=OperationPhase.classify(group.status),
         status_reason=group.status_reason,
         node_count=str(group.node_count) if group.node_count is not None else "?",
         min_max=f"{_count(group.min_node_count)} / {_count(group.max_node_count)}",
         autoscaler=autoscaler,
         ready=ready_bar(group.ready, group.not_ready),
-        node_status=group.node_status or ("—" if not group.is_worker else "unknown"),
+        node_status=group.node_status or ("—" if not group.is_worker else gettext("unknown")),
         health=verdict,
         in_progress=group.in_progress,
         gone=group.gone_at is not None,
@@ -120,12 +125,14 @@ def event_rows(events: Iterable[NksEvent], now: datetime) -> list[EventRow]:
         if duration is not None:
             length = format_duration(duration.total_seconds())
         elif state == EventState.IN_PROGRESS and event.nks_created_at:
-            length = format_duration((now - event.nks_created_at).total_seconds()) + " so far"
+            length = gettext("%(duration)s so far") % {
+                "duration": format_duration((now - event.nks_created_at).total_seconds())
+            }
         else:
             length = "—"
         rows.append(
             EventRow(
-                type=event.type or "unknown",
+                type=event.type or gettext("unknown"),
                 state=state,
                 state_text=event.raw_state or state.value,
                 resource=f"{event.resource_type or '?'} {event.resource_name}".strip(),

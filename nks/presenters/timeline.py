@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from dashboard.timefmt import When, format_duration, local_moment_text, when
 from nks.models import HEALTH_RANK, Health, stale_after
@@ -52,7 +53,7 @@ def _local(moment: datetime) -> str:
 
 
 def _label(health: Health | None) -> str:
-    return health.label if health is not None else "no data"
+    return str(health.label) if health is not None else gettext("no data")
 
 
 def _segments(points: Sequence[tuple[datetime, Health]], start: datetime) -> list[StripSegment]:
@@ -120,7 +121,9 @@ def _period(health: Health | None, begin: datetime, end: datetime | None, now: d
         label=_label(health),
         start=begin_when,
         end=when(end, now),
-        duration=format_duration(length) + ("" if end else " so far"),
+        duration=format_duration(length)
+        if end
+        else gettext("%(duration)s so far") % {"duration": format_duration(length)},
         start_text=local_moment_text(begin),
         end_text=local_moment_text(end),
     )

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext
 
 from dashboard.env import BadEnvironment, env_optional
 from nks.accounts import client_for
@@ -48,13 +49,17 @@ class Command(BaseCommand):
             raise CommandError(str(error)) from None
         if identity and not password:
             raise CommandError(
-                "Set NKS_PASSWORD (or NKS_PASSWORD_FILE) in the environment: the password is "
-                "never taken from the command line."
+                gettext(
+                    "Set NKS_PASSWORD (or NKS_PASSWORD_FILE) in the environment: the password "
+                    "is never taken from the command line."
+                )
             )
         if not identity and not token:
             raise CommandError(
-                "Give --identity-url, --tenant-id and --username (password in NKS_PASSWORD), "
-                "or a token in NKS_TOKEN (or --token)."
+                gettext(
+                    "Give --identity-url, --tenant-id and --username (password in "
+                    "NKS_PASSWORD), or a token in NKS_TOKEN (or --token)."
+                )
             )
         try:
             account, created = register_nks_account(
@@ -69,11 +74,19 @@ class Command(BaseCommand):
             )
         except AccountConfigError as error:
             raise CommandError(str(error)) from None
-        verb = "Added" if created else "Updated"
-        self.stdout.write(f"{verb} NKS account {account.name!r}; beat polls it within seconds.")
+        done = (
+            gettext("Added NKS account %(name)s; beat polls it within seconds.")
+            if created
+            else gettext("Updated NKS account %(name)s; beat polls it within seconds.")
+        )
+        self.stdout.write(done % {"name": repr(account.name)})
         if options["check"]:
             try:
                 clusters = client_for(account).list_clusters()
             except NksError as error:
-                raise CommandError(f"The account was saved, but NKS said: {error}") from None
-            self.stdout.write(f"Credentials work: {len(clusters)} cluster(s) listed.")
+                raise CommandError(
+                    gettext("The account was saved, but NKS said: %(error)s") % {"error": error}
+                ) from None
+            self.stdout.write(
+                gettext("Credentials work: %(count)s cluster(s) listed.") % {"count": len(clusters)}
+            )

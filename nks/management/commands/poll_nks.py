@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext
 
 from nks.models import NksAccount
 from nks.poller import poll_account
@@ -19,34 +20,55 @@ class Command(BaseCommand):
         if options["account"]:
             accounts = accounts.filter(name=options["account"])
             if not accounts.exists():
-                raise CommandError(f"No NKS account named {options['account']!r}.")
+                raise CommandError(
+                    gettext("No NKS account named %(name)s.") % {"name": repr(options["account"])}
+                )
         else:
             accounts = accounts.filter(enabled=True)
         ids = list(accounts.values_list("pk", flat=True))
         if not ids:
-            raise CommandError("No NKS account to poll: add one with add_nks_account.")
+            raise CommandError(gettext("No NKS account to poll: add one with add_nks_account."))
         failed = []
         for account_id in ids:
             result = poll_account(account_id)
             if not result.polled:
-                self.stdout.write(f"{result.account}: another poll is running; skipped.")
+                self.stdout.write(
+                    gettext("%(account)s: another poll is running; skipped.")
+                    % {"account": result.account}
+                )
             elif result.error:
                 failed.append(result.account)
                 self.stdout.write(
-                    f"{result.account}: FAILED after {result.seconds:.1f} s: {result.error}"
+                    gettext("%(account)s: FAILED after %(seconds).1f s: %(error)s")
+                    % {"account": result.account, "seconds": result.seconds, "error": result.error}
                 )
             else:
                 store = result.store
                 assert store is not None
                 self.stdout.write(
-                    f"{result.account}: {store.clusters} cluster(s), {store.nodegroups} "
-                    f"nodegroup(s), {store.gone} gone, {store.events_written} event(s) written, "
-                    f"{store.cluster_errors} cluster(s) with errors; {result.http_calls} HTTP "
-                    f"calls in {result.seconds:.2f} s."
+                    gettext(
+                        "%(account)s: %(clusters)s cluster(s), %(nodegroups)s nodegroup(s), "
+                        "%(gone)s gone, %(events)s event(s) written, %(errors)s cluster(s) with "
+                        "errors; %(calls)s HTTP calls in %(seconds).2f s."
+                    )
+                    % {
+                        "account": result.account,
+                        "clusters": store.clusters,
+                        "nodegroups": store.nodegroups,
+                        "gone": store.gone,
+                        "events": store.events_written,
+                        "errors": store.cluster_errors,
+                        "calls": result.http_calls,
+                        "seconds": result.seconds,
+                    }
                 )
                 if store.skipped:
                     self.stdout.write(
-                        f"  seen through another account, left there: {', '.join(store.skipped)}"
+                        "  "
+                        + gettext("seen through another account, left there: %(clusters)s")
+                        % {"clusters": ", ".join(store.skipped)}
                     )
         if failed:
-            raise CommandError(f"Polling failed for: {', '.join(failed)}.")
+            raise CommandError(
+                gettext("Polling failed for: %(accounts)s.") % {"accounts": ", ".join(failed)}
+            )
