@@ -19,13 +19,99 @@ Rules only read; `alerts.evaluation` turns outcomes into incidents.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Self
 
-from alerts.models import Incident, Rule, Severity
+from django.utils import translation
+
+from alerts.models import Incident, Rule, Severity, render_message
 from dashboard.timefmt import format_duration, iso_utc
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A sentence about an incident, kept as an English message id with its values.
+
+    Rules build titles, fact values and resolution notes with these: the English is stored
+    as written (API, logs) and the id and values beside it, so each reader sees it in their
+    language (`alerts.models.render_message`). Build them with `Message.gettext_noop` or
+    `Message.ngettext`: makemessages reads those names, so the ids land in the catalog.
+    Values are data (names, counts) and never translated; a `timedelta` value is a
+    duration, written in the reader's language.
+    """
+
+    id: str
+    args: Mapping[str, str] = field(default_factory=dict)
+    durations: Mapping[str, float] = field(default_factory=dict)
+    plural: str = ""
+    count: int = 0
+    # Values that are messages themselves (or lists of them, comma-separated), each in the
+    # reader's language.
+    lists: Mapping[str, tuple[Message, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def gettext_noop(cls, message_id: str, /, **args: object) -> Self:
+        return cls._build(message_id, args)
+
+    @classmethod
+    def ngettext(cls, singular: str, plural: str, count: int, /, **args: object) -> Self:
+        return cls._build(singular, args, plural=plural, count=count)
+
+    @classmethod
+    def _build(
+        cls, message_id: str, args: Mapping[str, object], *, plural: str = "", count: int = 0
+    ) -> Self:
+        values: dict[str, str] = {}
+        durations: dict[str, float] = {}
+        lists: dict[str, tuple[Message, ...]] = {}
+        for name, value in args.items():
+            if isinstance(value, timedelta):
+                durations[name] = value.total_seconds()
+            elif isinstance(value, Message):
+                lists[name] = (value,)
+            elif isinstance(value, list | tuple) and all(isinstance(v, Message) for v in value):
+                lists[name] = tuple(value)
+            else:
+                values[name] = str(value)
+        return cls(message_id, values, durations, plural, count, lists)
+
+    def as_json(self) -> dict[str, Any]:
+        # str(): a lazy label (another app's choices) is stored as its English text.
+        data: dict[str, Any] = {"id": str(self.id), "args": dict(self.args)}
+        if self.durations:
+            data["durations"] = dict(self.durations)
+        if self.plural:
+            data["plural"], data["count"] = self.plural, self.count
+        if self.lists:
+            data["lists"] = {
+                name: [part.as_json() for part in parts] for name, parts in self.lists.items()
+            }
+        return data
+
+    @property
+    def english(self) -> str:
+        # Stored text is English whatever the process's language (LANGUAGE_CODE may be ko).
+        with translation.override("en"):
+            text = render_message(self.as_json())
+        if text is not None:
+            return text
+        template = self.plural if self.plural and self.count != 1 else self.id
+        lists = {
+            name: ", ".join(part.english for part in parts) for name, parts in self.lists.items()
+        }
+        return template % {**self.args, **self.durations, **lists}
+
+
+def english(text: str | Message) -> str:
+    """What is stored as the English text of a title, fact or note."""
+    return text.english if isinstance(text, Message) else text
+
+
+def message_json(text: str | Message | None) -> dict[str, Any] | None:
+    return text.as_json() if isinstance(text, Message) else None
+
 
 # Names of up to this many nodes are kept on an incident; the count is always exact.
 MAX_ITEMS = 1000
@@ -48,7 +134,7 @@ class RuleConfig:
 @dataclass(frozen=True, slots=True)
 class Condition:
     key: str
-    title: str
+    title: str | Message
     cluster: str
     details: dict[str, Any]
     link: str = ""
@@ -61,7 +147,7 @@ class Condition:
 class RuleOutcome:
     firing: dict[str, Condition] = field(default_factory=dict)
     frozen: set[str] = field(default_factory=set)
-    notes: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str | Message] = field(default_factory=dict)
 
     def add(self, condition: Condition) -> None:
         self.firing[condition.key] = condition
@@ -95,35 +181,56 @@ class RuleContext:
 
 
 # --- Details ---------------------------------------------------------------------------------
-# details = {"facts": [{"label", "text"[, "token"]} or {"label", "at": ISO time}],
-#            "items_label": str,
-#            "items": [str], "items_total": int, ...rule-specific flags}
+# details = {"facts": [{"label", "text"[, "text_message"][, "token"]} or {"label", "at": ISO}],
+#            "items_label": str, "items": [str], "items_total": int[, "items_messages"],
+#            "title_message": {...}, "resolution_message": {...}, ...rule-specific flags}
+# Labels are English message ids (the callers mark them with gettext_noop), stored as the
+# English they always were: readers translate them, old rows' labels included.
 
 
-def fact(label: str, value: object) -> dict[str, str]:
+def fact(label: str, value: object) -> dict[str, Any]:
+    if isinstance(value, Message):
+        return {"label": label, "text": value.english, "text_message": value.as_json()}
     return {"label": label, "text": "" if value is None else str(value)}
 
 
-def time_fact(label: str, moment: datetime | None) -> dict[str, str]:
+def time_fact(label: str, moment: datetime | None) -> dict[str, Any]:
     if moment is None:
-        return {"label": label, "text": "never"}
+        return fact(label, Message.gettext_noop("never"))
     return {"label": label, "at": iso_utc(moment)}
 
 
-def holder_fact(label: str, identity: str, token: str = "") -> dict[str, str]:
+def holder_fact(label: str, identity: str, token: str = "") -> dict[str, Any]:
     """Who held a lease in human terms, with its leader-k8s fencing token beside it (mail
     and the incident page show the token muted). `identity` falls back to the token: rows
     seen before identities were recorded carry only the raw holder."""
-    item = {"label": label, "text": identity or token or "nobody"}
+    holder = identity or token
+    item = fact(label, holder if holder else Message.gettext_noop("nobody"))
     if token and token != item["text"]:
         item["token"] = token
     return item
+
+
+def duration_fact(label: str, length: timedelta) -> dict[str, Any]:
+    """A length of time, written in the reader's language."""
+    # An id that is only a placeholder needs no catalog entry: it reads the same everywhere.
+    return fact(label, Message("%(duration)s", durations={"duration": length.total_seconds()}))
 
 
 def seconds_text(seconds: float) -> str:
     return format_duration(seconds)
 
 
-def item_list(label: str, items: Sequence[str]) -> dict[str, Any]:
-    """The details' list: the first MAX_ITEMS of `items` under `label`, and how many in all."""
-    return {"items_label": label, "items": items[:MAX_ITEMS], "items_total": len(items)}
+def item_list(label: str, items: Sequence[str | Message]) -> dict[str, Any]:
+    """The details' list: the first MAX_ITEMS of `items` under `label` (an English message id
+    marked by the caller), and how many in all. Items that are messages keep their ids in
+    ``items_messages`` (names are data and stay as they are)."""
+    shown = items[:MAX_ITEMS]
+    data: dict[str, Any] = {
+        "items_label": label,
+        "items": [english(item) for item in shown],
+        "items_total": len(items),
+    }
+    if any(isinstance(item, Message) for item in shown):
+        data["items_messages"] = [message_json(item) for item in shown]
+    return data

@@ -14,23 +14,25 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.urls import reverse
+from django.utils.translation import gettext_noop
 
 from alerts.conditions import (
     Condition,
+    Message,
     RuleContext,
     RuleOutcome,
+    duration_fact,
     fact,
     holder_fact,
     item_list,
-    seconds_text,
     time_fact,
 )
-from alerts.lease_rules import kube_clusters
+from alerts.lease_rules import CLUSTER_DISABLED, CLUSTER_REMOVED, kube_clusters
 from alerts.models import Rule
 from dashboard.links import lease_url
 from leases.groups import GroupState, SlotState, leader_groups
 from leases.models import LeaseTransition
-from leases.presenters.groups import group_url, size_text
+from leases.presenters.groups import group_url
 
 # How long a fencing_token_reused incident stays open after the last reuse, unless the
 # rule's window says otherwise: long enough to be read in the morning, since the reuse
@@ -50,29 +52,70 @@ def _group_grace(ctx: RuleContext, group: GroupState) -> timedelta:
     return timedelta(seconds=max(durations, default=0))
 
 
-def _slot_items(group: GroupState) -> list[str]:
+def _slot_items(group: GroupState) -> list[Message]:
     items = []
     for slot in group.slots:
         if slot.lease is None:
-            items.append(f"slot {slot.index}: never seen")
+            items.append(Message.gettext_noop("slot %(index)s: never seen", index=slot.index))
             continue
-        text = f"slot {slot.index}: {slot.state.label}"
+        # The slot state's label is translated by the leases part's catalog.
+        state = Message(str(slot.state.label))
         lease = slot.lease
-        if slot.state == SlotState.EXPIRED:
-            who = lease.identity or lease.holder
-            text += f", last held by {who}" + (f" (token {lease.token})" if lease.token else "")
+        who = lease.identity or lease.holder
+        if slot.state == SlotState.EXPIRED and lease.token:
+            item = Message.gettext_noop(
+                "slot %(index)s: %(state)s, last held by %(holder)s (token %(token)s)",
+                index=slot.index,
+                state=state,
+                holder=who,
+                token=lease.token,
+            )
+        elif slot.state == SlotState.EXPIRED:
+            item = Message.gettext_noop(
+                "slot %(index)s: %(state)s, last held by %(holder)s",
+                index=slot.index,
+                state=state,
+                holder=who,
+            )
         elif slot.state == SlotState.HELD:
-            text += f" by {lease.identity or lease.holder}"
-        items.append(text)
+            item = Message.gettext_noop(
+                "slot %(index)s: %(state)s by %(holder)s", index=slot.index, state=state, holder=who
+            )
+        else:
+            item = Message.gettext_noop("slot %(index)s: %(state)s", index=slot.index, state=state)
+        items.append(item)
     return items
 
 
-def _group_facts(group: GroupState, grace: timedelta) -> list[dict[str, str]]:
+def _size(group: GroupState) -> Message:
+    """`leases.presenters.groups.size_text` as a message (the same ids, so the leases part's
+    catalog translates it)."""
+    if group.expected is not None:
+        return Message("%(expected)s expected", {"expected": str(group.expected)})
+    return Message(
+        "≥ %(size)s slot (highest slot seen)",
+        {"size": str(group.least_size)},
+        plural="≥ %(size)s slots (highest slot seen)",
+        count=group.least_size,
+    )
+
+
+def _group_facts(group: GroupState, grace: timedelta) -> list[dict[str, object]]:
     return [
-        fact("Group", f"{group.namespace}/{group.name} (leases {group.name}-slot-<n>)"),
-        fact("Slots held", f"{group.held} of {size_text(group)}"),
-        fact("Slots seen", len(group.seen)),
-        fact("Grace before alerting", seconds_text(grace.total_seconds())),
+        fact(
+            gettext_noop("Group"),
+            Message.gettext_noop(
+                "%(group)s (leases %(name)s-slot-<n>)",
+                group=f"{group.namespace}/{group.name}",
+                name=group.name,
+            ),
+        ),
+        fact(
+            gettext_noop("Slots held"),
+            Message.gettext_noop("%(held)s of %(size)s", held=group.held, size=_size(group)),
+        ),
+        fact(gettext_noop("Slots seen"), len(group.seen)),
+        duration_fact(gettext_noop("Grace before alerting"), grace),
     ]
 
 
@@ -88,17 +131,19 @@ def _group_notes(
         group = groups.get(incident.key)
         cluster = names.get(incident.cluster)
         if cluster is None:
-            note = "the cluster was removed from the dashboard"
+            note = CLUSTER_REMOVED
         elif not cluster.enabled:
-            note = "the cluster was disabled: its leases are no longer watched"
+            note = CLUSTER_DISABLED
         elif group is None:
-            note = "the group's slot leases were deleted"
+            note = Message.gettext_noop("the group's slot leases were deleted")
         elif rule == Rule.LEADER_GROUP_DEGRADED and not group.held:
-            note = "no slot is held any more: see leader_group_unstaffed"
+            note = Message.gettext_noop("no slot is held any more: see leader_group_unstaffed")
         elif rule == Rule.LEADER_GROUP_DEGRADED and group.expected is None:
-            note = "the group's expected size was cleared"
+            note = Message.gettext_noop("the group's expected size was cleared")
         else:
-            note = f"{group.held} of {size_text(group)} held again"
+            note = Message.gettext_noop(
+                "%(held)s of %(size)s held again", held=group.held, size=_size(group)
+            )
         outcome.notes[incident.key] = note
 
 
@@ -121,7 +166,9 @@ def leader_group_unstaffed(ctx: RuleContext) -> RuleOutcome:
                 ctx,
                 key,
                 group,
-                f"leader group {group.namespace}/{group.name}: no slot held",
+                Message.gettext_noop(
+                    "leader group %(group)s: no slot held", group=f"{group.namespace}/{group.name}"
+                ),
                 group.unstaffed_since(),
             )
         )
@@ -131,7 +178,7 @@ def leader_group_unstaffed(ctx: RuleContext) -> RuleOutcome:
 
 
 def _group_condition(
-    ctx: RuleContext, key: str, group: GroupState, title: str, since: datetime | None
+    ctx: RuleContext, key: str, group: GroupState, title: Message, since: datetime | None
 ) -> Condition:
     """A group rule's condition: the group's facts and slots, held for the group's grace."""
     grace = _group_grace(ctx, group)
@@ -142,7 +189,10 @@ def _group_condition(
         since=since,
         hold=grace,
         link=group_url(group.cluster, group.namespace, group.name),
-        details={"facts": _group_facts(group, grace), **item_list("Slots", _slot_items(group))},
+        details={
+            "facts": _group_facts(group, grace),
+            **item_list(gettext_noop("Slots"), _slot_items(group)),
+        },
     )
 
 
@@ -168,8 +218,14 @@ def leader_group_degraded(ctx: RuleContext) -> RuleOutcome:
                 ctx,
                 key,
                 group,
-                f"leader group {group.namespace}/{group.name}: "
-                f"{group.held} of {group.expected} slots held",
+                Message.ngettext(
+                    "leader group %(group)s: %(held)s of %(expected)s slot held",
+                    "leader group %(group)s: %(held)s of %(expected)s slots held",
+                    group.expected,
+                    group=f"{group.namespace}/{group.name}",
+                    held=group.held,
+                    expected=group.expected,
+                ),
                 group.degraded_since(),
             )
         )
@@ -240,7 +296,6 @@ def fencing_token_reused(ctx: RuleContext) -> RuleOutcome:
     )
     for row in rows:
         reuses[row.lease_id].append(row)
-    window_text = seconds_text(window.total_seconds())
     for lease_id, seen in reuses.items():
         lease = seen[-1].lease
         cluster = clusters[lease.cluster_id].name
@@ -253,29 +308,44 @@ def fencing_token_reused(ctx: RuleContext) -> RuleOutcome:
         outcome.add(
             Condition(
                 key=f"{Rule.FENCING_TOKEN_REUSED}:{cluster}/{where}",
-                title=f"{where}: fencing token reused",
+                title=Message.gettext_noop("%(lease)s: fencing token reused", lease=where),
                 cluster=cluster,
                 since=seen[0].observed_at,
                 hold=grace,
                 link=lease_url(reverse("leases:index"), cluster, lease.namespace, lease.name),
                 details={
                     "facts": [
-                        fact("Lease", where),
+                        fact(gettext_noop("Lease"), where),
                         holder_fact(
-                            "Reused token's holder (node id)", reuse.to_identity, reuse.to_holder
+                            gettext_noop("Reused token's holder (node id)"),
+                            reuse.to_identity,
+                            reuse.to_holder,
                         ),
-                        time_fact("That token first held the lease", _taken_at(earlier)),
+                        time_fact(
+                            gettext_noop("That token first held the lease"), _taken_at(earlier)
+                        ),
                         holder_fact(
-                            "Holder in between (node id)", reuse.from_identity, reuse.from_holder
+                            gettext_noop("Holder in between (node id)"),
+                            reuse.from_identity,
+                            reuse.from_holder,
                         ),
-                        time_fact("The holder in between took over", _taken_at(between)),
-                        time_fact("The old token was seen again", reuse.observed_at),
-                        fact("Token reuses in the last " + window_text, len(seen)),
+                        time_fact(
+                            gettext_noop("The holder in between took over"), _taken_at(between)
+                        ),
+                        time_fact(gettext_noop("The old token was seen again"), reuse.observed_at),
                         fact(
-                            "Meaning",
-                            "a holder wrote with a stale view after another had taken the "
-                            "lease: fencing is broken, and two nodes may both have acted as "
-                            "leader",
+                            gettext_noop("Token reuses"),
+                            Message.gettext_noop(
+                                "%(count)s in the last %(window)s", count=len(seen), window=window
+                            ),
+                        ),
+                        fact(
+                            gettext_noop("Meaning"),
+                            Message.gettext_noop(
+                                "a holder wrote with a stale view after another had taken the "
+                                "lease: fencing is broken, and two nodes may both have acted as "
+                                "leader"
+                            ),
                         ),
                     ],
                     "token": reuse.to_holder,
@@ -283,18 +353,18 @@ def fencing_token_reused(ctx: RuleContext) -> RuleOutcome:
             )
         )
     ctx.freeze_clusters(outcome, ctx.stale_kube_clusters)
-    _fencing_notes(ctx, outcome, window_text)
+    _fencing_notes(ctx, outcome, window)
     return outcome
 
 
-def _fencing_notes(ctx: RuleContext, outcome: RuleOutcome, window_text: str) -> None:
+def _fencing_notes(ctx: RuleContext, outcome: RuleOutcome, window: timedelta) -> None:
     names = {cluster.name: cluster for cluster in kube_clusters().values()}
     for incident in ctx.ending(outcome):
         cluster = names.get(incident.cluster)
         if cluster is None:
-            note = "the cluster was removed from the dashboard"
+            note = CLUSTER_REMOVED
         elif not cluster.enabled:
-            note = "the cluster was disabled: its leases are no longer watched"
+            note = CLUSTER_DISABLED
         else:
-            note = f"no fencing token came back for {window_text}"
+            note = Message.gettext_noop("no fencing token came back for %(window)s", window=window)
         outcome.notes[incident.key] = note

@@ -22,9 +22,18 @@ from datetime import datetime
 from hashlib import sha256
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext_noop
 
-from alerts.conditions import Condition, RuleConfig, RuleContext, RuleOutcome
+from alerts.conditions import (
+    Condition,
+    Message,
+    RuleConfig,
+    RuleContext,
+    RuleOutcome,
+    english,
+    message_json,
+)
 from alerts.events import clip, incident_event
 from alerts.lease_rules import stale_kube_cluster_names
 from alerts.models import (
@@ -39,9 +48,14 @@ from alerts.models import (
 from alerts.notifications import plan_notifications
 from alerts.rules import RULE_SPECS, load_rule_configs
 from dashboard.locks import ExpiringLock
-from dashboard.timefmt import format_duration, mail_moment_text
+from dashboard.timefmt import mail_moment_text
 
 logger = logging.getLogger(__name__)
+
+# Resolution notes of any rule.
+RULE_DISABLED = Message.gettext_noop("the rule was disabled")
+CONDITION_CLEARED = Message.gettext_noop("the condition cleared")
+ITEMS = Message.gettext_noop("items")
 
 EVALUATION_LOCK = "alerts-evaluation"
 EVALUATION_LOCK_TTL = 30
@@ -108,6 +122,13 @@ def _record_status(now: datetime, seconds: float, errors: Sequence[str]) -> None
 
 
 def evaluate_rules(now: datetime) -> EvaluationSummary:
+    # Rules write English beside their message ids (titles, facts, notes: the API and logs
+    # read it), whatever language this process runs in.
+    with translation.override("en"):
+        return _evaluate_rules(now)
+
+
+def _evaluate_rules(now: datetime) -> EvaluationSummary:
     summary = EvaluationSummary()
     configs = load_rule_configs()
     stale = stale_kube_cluster_names(now)
@@ -124,7 +145,7 @@ def evaluate_rules(now: datetime) -> EvaluationSummary:
                 if config.enabled:
                     outcome = spec.evaluate(RuleContext(now, config, unresolved, stale))
                 else:
-                    outcome = RuleOutcome(notes=dict.fromkeys(unresolved, "the rule was disabled"))
+                    outcome = RuleOutcome(notes=dict.fromkeys(unresolved, RULE_DISABLED))
                 apply_outcome(rule, config, outcome, unresolved, now, summary)
         except Exception as exc:
             # One broken rule (or a missing table during a deploy) must not silence the
@@ -173,16 +194,24 @@ def apply_outcome(
             # It never lasted its grace: it was never an incident.
             incident.delete()
             continue
-        resolve_incident(incident, outcome.notes.get(key) or "the condition cleared", now)
+        resolve_incident(incident, outcome.notes.get(key) or CONDITION_CLEARED, now)
         summary.resolved.append(incident.pk)
 
 
-def _fields_from(condition: Condition, config: RuleConfig) -> dict[str, object]:
+def _fields_from(
+    condition: Condition, config: RuleConfig, incident: Incident | None = None
+) -> dict[str, object]:
+    details = dict(condition.details)
+    title = message_json(condition.title)
+    if title is not None:
+        details["title_message"] = title
+    if incident is not None and "resolution_message" in (incident.details or {}):
+        details["resolution_message"] = incident.details["resolution_message"]
     return {
         "severity": condition.severity or config.severity,
         "cluster": condition.cluster[:253],
-        "title": clip(condition.title, 500),
-        "details": condition.details,
+        "title": clip(english(condition.title), 500),
+        "details": details,
         "link": condition.link[:2000],
     }
 
@@ -211,49 +240,75 @@ def open_incident(
         refresh_incident(incident, config, condition, now)
         return incident, False
     if firing:
-        incident_event(incident, IncidentEvent.Kind.OPENED, _opened_text(incident), now).save()
+        _opened_event(incident, now).save()
     return incident, True
 
 
-def _opened_text(incident: Incident) -> str:
-    return f"opened: {incident.full_title}; condition since {mail_moment_text(incident.since)}"
+def _opened_event(incident: Incident, now: datetime) -> IncidentEvent:
+    return incident_event(
+        incident,
+        IncidentEvent.Kind.OPENED,
+        gettext_noop("opened: %(title)s; condition since %(since)s"),
+        now,
+        args={"title": incident.full_title_message, "since": mail_moment_text(incident.since)},
+    )
 
 
-def _items_change(old: dict[str, object], new: dict[str, object]) -> str:
+def _items_change(
+    incident: Incident, old: dict[str, object], new: dict[str, object], now: datetime
+) -> IncidentEvent | None:
+    """A timeline entry naming the items that came and went (e.g. nodes), if any did."""
     before, after = old.get("items") or [], new.get("items") or []
     if before == after or not isinstance(before, list) or not isinstance(after, list):
-        return ""
+        return None
     added = [item for item in after if item not in set(before)]
     removed = [item for item in before if item not in set(after)]
 
-    def names(items: list[object]) -> str:
+    def names(items: list[object]) -> str | Message:
         shown = ", ".join(str(item) for item in items[:10])
-        return shown + (f" and {len(items) - 10} more" if len(items) > 10 else "")
+        if len(items) <= 10:
+            return shown
+        return Message.gettext_noop(
+            "%(names)s and %(count)s more", names=shown, count=len(items) - 10
+        )
 
-    parts = []
-    if added:
-        parts.append(f"added {names(added)}")
-    if removed:
-        parts.append(f"gone {names(removed)}")
     total = new.get("items_total", len(after))
-    label = new.get("items_label") or "items"
-    return f"{label}: now {total}; " + "; ".join(parts)
+    items_label = new.get("items_label")
+    # The list's label is an English message id (see alerts.conditions).
+    label = Message(items_label) if isinstance(items_label, str) and items_label else ITEMS
+    args: dict[str, object] = {"label": label, "total": total}
+    if added and removed:
+        text = gettext_noop("%(label)s: now %(total)s; added %(added)s; gone %(gone)s")
+        args |= {"added": names(added), "gone": names(removed)}
+    elif added:
+        text = gettext_noop("%(label)s: now %(total)s; added %(added)s")
+        args["added"] = names(added)
+    else:
+        text = gettext_noop("%(label)s: now %(total)s; gone %(gone)s")
+        args["gone"] = names(removed)
+    return incident_event(incident, IncidentEvent.Kind.UPDATED, text, now, args=args)
 
 
 def refresh_incident(
     incident: Incident, config: RuleConfig, condition: Condition, now: datetime
 ) -> bool:
     """Bring a still-firing incident up to date; True when more than last_seen_at changed."""
-    fields = _fields_from(condition, config)
+    fields = _fields_from(condition, config, incident)
     changed = [name for name, value in fields.items() if getattr(incident, name) != value]
     events = []
     if changed:
-        change = _items_change(incident.details, condition.details)  # type: ignore[arg-type]
-        if change:
-            events.append(incident_event(incident, IncidentEvent.Kind.UPDATED, change, now))
+        change = _items_change(incident, incident.details, condition.details, now)
+        if change is not None:
+            events.append(change)
         elif "title" in changed and incident.state == IncidentState.FIRING:
             events.append(
-                incident_event(incident, IncidentEvent.Kind.UPDATED, f"now: {condition.title}", now)
+                incident_event(
+                    incident,
+                    IncidentEvent.Kind.UPDATED,
+                    gettext_noop("now: %(title)s"),
+                    now,
+                    args={"title": condition.title},
+                )
             )
         for name in changed:
             setattr(incident, name, fields[name])
@@ -264,7 +319,7 @@ def refresh_incident(
         incident.state = IncidentState.FIRING
         incident.opened_at = now
         changed += ["state", "opened_at"]
-        events = [incident_event(incident, IncidentEvent.Kind.OPENED, _opened_text(incident), now)]
+        events = [_opened_event(incident, now)]
     if not changed:
         return False
     incident.last_seen_at = now
@@ -273,10 +328,13 @@ def refresh_incident(
     return True
 
 
-def resolve_incident(incident: Incident, note: str, now: datetime) -> None:
+def resolve_incident(incident: Incident, note: str | Message, now: datetime) -> None:
     incident.state = IncidentState.RESOLVED
     incident.resolved_at = now
-    incident.resolution = clip(note, 500)
+    incident.resolution = clip(english(note), 500)
+    note_message = message_json(note)
+    if note_message is not None:
+        incident.details = {**(incident.details or {}), "resolution_message": note_message}
     if incident.open_notice == Notice.MAILED:
         incident.resolve_notice = Notice.WAITING
     elif incident.open_notice == Notice.WAITING:
@@ -287,9 +345,19 @@ def resolve_incident(incident: Incident, note: str, now: datetime) -> None:
     else:
         incident.resolve_notice = Notice.SKIPPED
     incident.save(
-        update_fields=["state", "resolved_at", "resolution", "open_notice", "resolve_notice"]
+        update_fields=[
+            "state",
+            "resolved_at",
+            "resolution",
+            "details",
+            "open_notice",
+            "resolve_notice",
+        ]
     )
-    lasted = format_duration(incident.duration(now).total_seconds())
     incident_event(
-        incident, IncidentEvent.Kind.RESOLVED, f"resolved: {note}; lasted {lasted}", now
+        incident,
+        IncidentEvent.Kind.RESOLVED,
+        gettext_noop("resolved: %(note)s; lasted %(lasted)s"),
+        now,
+        args={"note": note, "lasted": incident.duration(now)},
     ).save()

@@ -10,15 +10,18 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.db.models import QuerySet
 from django.urls import reverse
+from django.utils.translation import gettext_noop
 
 from alerts.conditions import (
     MAX_ITEMS,
     Condition,
+    Message,
     RuleContext,
     RuleOutcome,
+    duration_fact,
     fact,
     holder_fact,
-    seconds_text,
+    item_list,
     time_fact,
 )
 from alerts.models import AlertRule, Rule
@@ -30,6 +33,12 @@ from leases.models import WATCHER_STALE_AFTER, KubeCluster, Lease, LeaseClass
 # Lease classes whose expiry means a leader is gone. API server identity leases expire
 # whenever an API server is replaced, which is routine.
 LEADER_CLASSES = (LeaseClass.CONTROL_PLANE, LeaseClass.LEADER_ELECTION)
+
+# Resolution notes several lease rules share.
+CLUSTER_REMOVED = Message.gettext_noop("the cluster was removed from the dashboard")
+CLUSTER_DISABLED = Message.gettext_noop(
+    "the cluster was disabled: its leases are no longer watched"
+)
 
 
 def kube_clusters() -> dict[int, KubeCluster]:
@@ -49,12 +58,22 @@ def _lease_parts(key: str) -> tuple[str, str]:
     return namespace, name
 
 
-def holder_text(lease: Lease) -> str:
-    """A holder in words for a resolution note: leader-k8s's node id with its fencing token
-    (a new token at every acquisition says nothing alone), else the holderIdentity."""
+def holder_note(renewed: bool, lease: Lease) -> Message:
+    """Who renewed or took over a lease, for a resolution note: leader-k8s's node id with its
+    fencing token (a new token at every acquisition says nothing alone), else the
+    holderIdentity."""
     if lease.token and lease.identity and lease.identity != lease.token:
-        return f"{lease.identity} (token {lease.token})"
-    return lease.identity or lease.holder
+        if renewed:
+            return Message.gettext_noop(
+                "renewed by %(holder)s (token %(token)s)", holder=lease.identity, token=lease.token
+            )
+        return Message.gettext_noop(
+            "taken over by %(holder)s (token %(token)s)", holder=lease.identity, token=lease.token
+        )
+    holder = lease.identity or lease.holder
+    if renewed:
+        return Message.gettext_noop("renewed by %(holder)s", holder=holder)
+    return Message.gettext_noop("taken over by %(holder)s", holder=holder)
 
 
 # --- lease_expired ---------------------------------------------------------------------------
@@ -103,24 +122,31 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
         outcome.add(
             Condition(
                 key=f"{Rule.LEASE_EXPIRED}:{cluster}/{where}",
-                title=f"{where} lease expired",
+                title=Message.gettext_noop("%(lease)s lease expired", lease=where),
                 cluster=cluster,
                 since=expires_at,
                 hold=grace,
                 link=lease_url(prefix, cluster, row["namespace"], row["name"]),
                 details={
                     "facts": [
-                        fact("Lease", where),
-                        fact("Class", LeaseClass(row["lease_class"]).label),
+                        fact(gettext_noop("Lease"), where),
+                        # The leases part's catalog translates the class's label.
+                        fact(
+                            gettext_noop("Class"),
+                            Message(str(LeaseClass(row["lease_class"]).label)),
+                        ),
                         holder_fact(
-                            "Holder (last renewed by)",
+                            gettext_noop("Holder (last renewed by)"),
                             row["identity"] or row["holder"],
                             row["token"],
                         ),
-                        time_fact("Last renewed", row["renew_time"]),
-                        fact("Lease duration", f"{duration} s"),
-                        time_fact("Expired at", expires_at),
-                        fact("Grace before alerting", seconds_text(grace.total_seconds())),
+                        time_fact(gettext_noop("Last renewed"), row["renew_time"]),
+                        fact(
+                            gettext_noop("Lease duration"),
+                            Message.gettext_noop("%(seconds)s s", seconds=duration),
+                        ),
+                        time_fact(gettext_noop("Expired at"), expires_at),
+                        duration_fact(gettext_noop("Grace before alerting"), grace),
                     ],
                     "holder": row["holder"],
                 },
@@ -136,18 +162,17 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
             if cluster is not None
             else None
         )
+        note: Message
         if cluster is None:
-            note = "the cluster was removed from the dashboard"
+            note = CLUSTER_REMOVED
         elif not cluster.enabled:
-            note = "the cluster was disabled: its leases are no longer watched"
+            note = CLUSTER_DISABLED
         elif lease is None or lease.deleted_at is not None:
-            note = "the lease was deleted"
+            note = Message.gettext_noop("the lease was deleted")
         elif not lease.holder:
-            note = "the lease was released (no holder)"
-        elif lease.holder == incident.details.get("holder"):
-            note = f"renewed by {holder_text(lease)}"
+            note = Message.gettext_noop("the lease was released (no holder)")
         else:
-            note = f"taken over by {holder_text(lease)}"
+            note = holder_note(lease.holder == incident.details.get("holder"), lease)
         outcome.notes[incident.key] = note
     return outcome
 
@@ -206,7 +231,6 @@ def lease_flapping(ctx: RuleContext) -> RuleOutcome:
         "id", "cluster_id", "namespace", "name", "holder", "identity", "token"
     )
     prefix = reverse("leases:index")
-    window_text = seconds_text(window.total_seconds())
     for lease in leases:
         cluster = clusters[lease["cluster_id"]].name
         if cluster in ctx.stale_kube_clusters:
@@ -219,24 +243,40 @@ def lease_flapping(ctx: RuleContext) -> RuleOutcome:
         outcome.add(
             Condition(
                 key=key,
-                title=f"{where} lease is flapping",
+                title=Message.gettext_noop("%(lease)s lease is flapping", lease=where),
                 cluster=cluster,
                 since=row["first"],
                 link=lease_url(prefix, cluster, lease["namespace"], lease["name"]),
                 details={
                     "facts": [
-                        fact("Lease", where),
-                        fact("Holder changes", f"{row['changes']} in the last {window_text}"),
-                        holder_fact(
-                            "Current holder",
-                            lease["identity"] or lease["holder"] or "nobody (released)",
-                            lease["token"],
-                        ),
-                        time_fact("Last change", row["last"]),
+                        fact(gettext_noop("Lease"), where),
                         fact(
-                            "Rule",
-                            f"opens at {threshold} changes within {window_text}; resolves "
-                            f"after {window_text} without a change",
+                            gettext_noop("Holder changes"),
+                            Message.gettext_noop(
+                                "%(changes)s in the last %(window)s",
+                                changes=row["changes"],
+                                window=window,
+                            ),
+                        ),
+                        holder_fact(
+                            gettext_noop("Current holder"),
+                            lease["identity"] or lease["holder"],
+                            lease["token"],
+                        )
+                        if lease["identity"] or lease["holder"] or lease["token"]
+                        else fact(
+                            gettext_noop("Current holder"),
+                            Message.gettext_noop("nobody (released)"),
+                        ),
+                        time_fact(gettext_noop("Last change"), row["last"]),
+                        fact(
+                            gettext_noop("Rule"),
+                            Message.gettext_noop(
+                                "opens at %(threshold)s changes within %(window)s; resolves "
+                                "after %(window)s without a change",
+                                threshold=threshold,
+                                window=window,
+                            ),
                         ),
                     ],
                 },
@@ -244,7 +284,9 @@ def lease_flapping(ctx: RuleContext) -> RuleOutcome:
         )
     ctx.freeze_clusters(outcome, ctx.stale_kube_clusters)
     for incident in ctx.ending(outcome):
-        outcome.notes[incident.key] = f"no holder change for {window_text}"
+        outcome.notes[incident.key] = Message.gettext_noop(
+            "no holder change for %(window)s", window=window
+        )
     return outcome
 
 
@@ -293,19 +335,26 @@ def node_heartbeats_expired(ctx: RuleContext) -> RuleOutcome:
         outcome.add(
             Condition(
                 key=f"{Rule.NODE_HEARTBEATS_EXPIRED}:{cluster}",
-                title=f"{count} {'node' if count == 1 else 'nodes'} stopped heart-beating",
+                title=Message.ngettext(
+                    "%(count)s node stopped heart-beating",
+                    "%(count)s nodes stopped heart-beating",
+                    count,
+                    count=count,
+                ),
                 cluster=cluster,
                 since=first,
                 hold=grace,
                 link=f"{prefix}?{query}",
                 details={
                     "facts": [
-                        fact("Nodes not heart-beating", count),
-                        time_fact("First node lease expired at", first),
-                        fact("Grace past expiry", seconds_text(grace.total_seconds())),
+                        fact(gettext_noop("Nodes not heart-beating"), count),
+                        time_fact(gettext_noop("First node lease expired at"), first),
+                        duration_fact(gettext_noop("Grace past expiry"), grace),
                     ],
-                    "items_label": "Nodes whose lease in kube-node-lease expired",
-                    "items": [name for name, _ in nodes[:MAX_ITEMS]],
+                    **item_list(
+                        gettext_noop("Nodes whose lease in kube-node-lease expired"),
+                        [name for name, _ in nodes[:MAX_ITEMS]],
+                    ),
                     "items_total": count,
                 },
             )
@@ -314,9 +363,9 @@ def node_heartbeats_expired(ctx: RuleContext) -> RuleOutcome:
     names = {cluster.name for cluster in clusters.values()}
     for incident in ctx.ending(outcome):
         outcome.notes[incident.key] = (
-            "every node is heart-beating again"
+            Message.gettext_noop("every node is heart-beating again")
             if incident.cluster in names
-            else "the cluster was removed from the dashboard"
+            else CLUSTER_REMOVED
         )
     return outcome
 
@@ -336,33 +385,52 @@ def watchers_stale(ctx: RuleContext, outcome: RuleOutcome, threshold: timedelta)
         if not cluster.enabled or not cluster.is_stale(now):
             continue
         since: datetime | None
+        state: Message
         if cluster.last_flush_at is None:
-            since, state = cluster.created_at, "its watcher has never written any data"
+            since = cluster.created_at
+            state = Message.gettext_noop("its watcher has never written any data")
         elif now - cluster.last_flush_at > WATCHER_STALE_AFTER:
-            since, state = cluster.last_flush_at, "its watcher has written nothing since"
+            since = cluster.last_flush_at
+            state = Message.gettext_noop("its watcher has written nothing since")
         else:
             # Not connected while its flush loop still runs: the stream is down and being
             # retried. When that started is not recorded, so the first evaluation counts.
-            since, state = None, "its watcher is not connected to the API server"
+            since = None
+            state = Message.gettext_noop("its watcher is not connected to the API server")
         outcome.add(
             Condition(
                 key=f"{WATCH_PREFIX}{cluster.name}",
-                title="lease watcher is not receiving data",
+                title=Message.gettext_noop("lease watcher is not receiving data"),
                 cluster=cluster.name,
                 since=since,
                 hold=threshold,
                 link=link,
                 details={
                     "facts": [
-                        fact("Source", f"Lease watcher of cluster {cluster.name}"),
-                        fact("State", state),
-                        fact("Connected", "yes" if cluster.connected else "no"),
-                        time_fact("Last write", cluster.last_flush_at),
-                        time_fact("Last watch event", cluster.last_event_at),
-                        fact("Last error", cluster.last_error or "none recorded"),
                         fact(
-                            "Meanwhile",
-                            "lease alerts of this cluster are neither opened nor resolved",
+                            gettext_noop("Source"),
+                            Message.gettext_noop(
+                                "Lease watcher of cluster %(cluster)s", cluster=cluster.name
+                            ),
+                        ),
+                        fact(gettext_noop("State"), state),
+                        fact(
+                            gettext_noop("Connected"),
+                            Message.gettext_noop("yes")
+                            if cluster.connected
+                            else Message.gettext_noop("no"),
+                        ),
+                        time_fact(gettext_noop("Last write"), cluster.last_flush_at),
+                        time_fact(gettext_noop("Last watch event"), cluster.last_event_at),
+                        fact(
+                            gettext_noop("Last error"),
+                            cluster.last_error or Message.gettext_noop("none recorded"),
+                        ),
+                        fact(
+                            gettext_noop("Meanwhile"),
+                            Message.gettext_noop(
+                                "lease alerts of this cluster are neither opened nor resolved"
+                            ),
                         ),
                     ],
                 },
@@ -372,9 +440,9 @@ def watchers_stale(ctx: RuleContext, outcome: RuleOutcome, threshold: timedelta)
         if not incident.key.startswith(WATCH_PREFIX):
             continue
         if incident.cluster not in names:
-            note = "the cluster was removed from the dashboard"
+            note = CLUSTER_REMOVED
         elif not KubeCluster.objects.filter(name=incident.cluster, enabled=True).exists():
-            note = "the cluster was disabled: it is no longer watched"
+            note = Message.gettext_noop("the cluster was disabled: it is no longer watched")
         else:
-            note = "the watcher is writing current data again"
+            note = Message.gettext_noop("the watcher is writing current data again")
         outcome.notes[incident.key] = note

@@ -10,6 +10,7 @@ evaluations run at once. Every e-mail is first a `Notification` row; a Celery ta
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -17,28 +18,30 @@ from django.core.validators import validate_email
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from dashboard.encryption import EncryptedTextField
+from dashboard.timefmt import format_duration
 
 
 class Rule(models.TextChoices):
-    LEASE_EXPIRED = "lease_expired", "lease expired"
-    LEASE_FLAPPING = "lease_flapping", "lease flapping"
-    NODE_HEARTBEATS_EXPIRED = "node_heartbeats_expired", "node heartbeats expired"
-    CLUSTER_UNHEALTHY = "cluster_unhealthy", "NKS cluster unhealthy"
-    NODEGROUP_NOT_READY = "nodegroup_not_ready", "NKS nodegroup not ready"
-    NODEGROUP_MISMATCH = "nodegroup_mismatch", "NKS and the cluster disagree"
-    RESIZE_FAILED = "resize_failed", "nodegroup resize failed"
-    SOURCE_STALE = "source_stale", "data source stale"
-    LEADER_GROUP_UNSTAFFED = "leader_group_unstaffed", "leader group unstaffed"
-    LEADER_GROUP_DEGRADED = "leader_group_degraded", "leader group degraded"
-    FENCING_TOKEN_REUSED = "fencing_token_reused", "fencing token reused"
+    LEASE_EXPIRED = "lease_expired", _("lease expired")
+    LEASE_FLAPPING = "lease_flapping", _("lease flapping")
+    NODE_HEARTBEATS_EXPIRED = "node_heartbeats_expired", _("node heartbeats expired")
+    CLUSTER_UNHEALTHY = "cluster_unhealthy", _("NKS cluster unhealthy")
+    NODEGROUP_NOT_READY = "nodegroup_not_ready", _("NKS nodegroup not ready")
+    NODEGROUP_MISMATCH = "nodegroup_mismatch", _("NKS and the cluster disagree")
+    RESIZE_FAILED = "resize_failed", _("nodegroup resize failed")
+    SOURCE_STALE = "source_stale", _("data source stale")
+    LEADER_GROUP_UNSTAFFED = "leader_group_unstaffed", _("leader group unstaffed")
+    LEADER_GROUP_DEGRADED = "leader_group_degraded", _("leader group degraded")
+    FENCING_TOKEN_REUSED = "fencing_token_reused", _("fencing token reused")
 
 
 class Severity(models.TextChoices):
-    CRITICAL = "critical", "critical"
-    WARNING = "warning", "warning"
+    CRITICAL = "critical", _("critical")
+    WARNING = "warning", _("warning")
 
 
 SEVERITY_RANK = {Severity.WARNING: 1, Severity.CRITICAL: 2}
@@ -66,7 +69,11 @@ def validate_address_list(text: str) -> None:
         try:
             validate_email(address)
         except ValidationError:
-            raise ValidationError(f"{address!r} is not an e-mail address.") from None
+            raise ValidationError(
+                _("%(address)s is not an e-mail address."),
+                code="invalid",
+                params={"address": repr(address)},
+            ) from None
 
 
 class AlertRule(models.Model):
@@ -79,25 +86,28 @@ class AlertRule(models.Model):
     rule = models.CharField(max_length=40, choices=Rule.choices, unique=True)
     enabled = models.BooleanField(default=True)
     severity = models.CharField(
-        max_length=10, choices=Severity.choices, blank=True, help_text="Empty: the rule's default."
+        max_length=10,
+        choices=Severity.choices,
+        blank=True,
+        help_text=_("Empty: the rule's default."),
     )
     grace_seconds = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Empty: the default from the settings."
+        null=True, blank=True, help_text=_("Empty: the default from the settings.")
     )
     threshold = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Empty: the default from the settings."
+        null=True, blank=True, help_text=_("Empty: the default from the settings.")
     )
     window_seconds = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Empty: the default from the settings."
+        null=True, blank=True, help_text=_("Empty: the default from the settings.")
     )
     recipients = models.TextField(
         blank=True,
         validators=[validate_address_list],
-        help_text="Extra addresses for this rule's mail, comma- or newline-separated.",
+        help_text=_("Extra addresses for this rule's mail, comma- or newline-separated."),
     )
     mail_default_recipients = models.BooleanField(
         default=True,
-        help_text="Also mail ALERT_EMAIL_TO. Users subscribed on their profile always get mail.",
+        help_text=_("Also mail ALERT_EMAIL_TO. Users subscribed on their profile always get mail."),
     )
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -111,26 +121,70 @@ class AlertRule(models.Model):
 class IncidentState(models.TextChoices):
     # Seen, but not yet for as long as the rule's grace: not shown, not mailed (Prometheus'
     # "pending"). A pending incident whose condition clears is deleted, not resolved.
-    PENDING = "pending", "pending"
-    FIRING = "firing", "open"
-    RESOLVED = "resolved", "resolved"
+    PENDING = "pending", _("pending")
+    FIRING = "firing", _("open")
+    RESOLVED = "resolved", _("resolved")
 
 
 class Notice(models.TextChoices):
     """Whether an incident's opening (or resolution) is, was or will not be mailed."""
 
-    NONE = "none", "not applicable yet"
-    WAITING = "waiting", "waiting to be mailed"
-    MAILED = "mailed", "mailed"
-    SKIPPED = "skipped", "not mailed"
+    NONE = "none", _("not applicable yet")
+    WAITING = "waiting", _("waiting to be mailed")
+    MAILED = "mailed", _("mailed")
+    SKIPPED = "skipped", _("not mailed")
 
 
 class Hold(models.TextChoices):
     """Why mail about an open incident is held back right now."""
 
-    NONE = "", "not held"
-    SILENCED = "silenced", "silenced"
-    INHIBITED = "inhibited", "inhibited: the cluster's API is down"
+    NONE = "", _("not held")
+    SILENCED = "silenced", _("silenced")
+    INHIBITED = "inhibited", _("inhibited: the cluster's API is down")
+
+
+def render_message(message: object) -> str | None:
+    """A message stored beside its English text, in the active language.
+
+    `message` is ``{"id": msgid, "args": {name: text}}``, optionally with ``"plural"`` and
+    ``"count"`` (an ngettext pair), ``"durations"`` ({name: seconds}, written in the
+    reader's language) and ``"lists"`` ({name: [message, ...]}, joined by commas). None when
+    there is none, it is malformed, or the translation's placeholders do not fit its values:
+    the caller then shows the English as written.
+    """
+    if not isinstance(message, dict):
+        return None
+    message_id, args = message.get("id"), message.get("args") or {}
+    durations = message.get("durations") or {}
+    if not message_id or not isinstance(message_id, str):
+        return None
+    if not isinstance(args, dict) or not isinstance(durations, dict):
+        return None
+    try:
+        values = {str(name): str(value) for name, value in args.items()}
+        for name, seconds in durations.items():
+            values[str(name)] = format_duration(float(seconds))
+        for name, parts in (message.get("lists") or {}).items():
+            texts = [render_message(part) for part in parts]
+            if any(text is None for text in texts):
+                return None
+            # Translators: joins the items of a list inside a sentence, e.g. problems.
+            values[str(name)] = gettext(", ").join(texts)  # type: ignore[arg-type]
+        plural = message.get("plural")
+        if plural and isinstance(plural, str):
+            template = ngettext(message_id, plural, int(message.get("count", 0)))
+        else:
+            template = gettext(message_id)
+        return template % values
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def render_label(label: object) -> str:
+    """A stored label (an English message id without placeholders: a fact's, a list's) in
+    the active language; a label no catalog knows reads as written."""
+    text = render_message({"id": label}) if isinstance(label, str) and label else None
+    return text if text is not None else str(label or "")
 
 
 class IncidentQuerySet(models.QuerySet["Incident"]):
@@ -159,8 +213,8 @@ class Incident(models.Model):
     # {"facts": [[label, value], ...], "items_label": str, "items": [str], "items_total": int}
     # plus rule-specific flags (e.g. "api_down").
     details = models.JSONField(default=dict, blank=True)
-    link = models.CharField(max_length=2000, blank=True, help_text="Dashboard path to look at.")
-    since = models.DateTimeField(help_text="When the condition started, as far as is known.")
+    link = models.CharField(max_length=2000, blank=True, help_text=_("Dashboard path to look at."))
+    since = models.DateTimeField(help_text=_("When the condition started, as far as is known."))
     opened_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField()
     resolved_at = models.DateTimeField(null=True, blank=True)
@@ -205,6 +259,76 @@ class Incident(models.Model):
     def full_title(self) -> str:
         return f"{self.cluster}: {self.title}" if self.cluster else self.title
 
+    # Rules write English (the API, logs and old rows keep it) and, beside it in `details`,
+    # the same as message ids with their values; these read it in the active language.
+
+    @property
+    def display_title(self) -> str:
+        text = render_message((self.details or {}).get("title_message"))
+        return self.title if text is None else text
+
+    @property
+    def display_full_title(self) -> str:
+        title = self.display_title
+        return f"{self.cluster}: {title}" if self.cluster else title
+
+    @property
+    def full_title_message(self) -> dict[str, Any] | str:
+        """The full title as a stored message (see `render_message`), for a timeline entry's
+        value; the English as written when the title has no message."""
+        title = (self.details or {}).get("title_message")
+        if not isinstance(title, dict):
+            return self.full_title
+        if not self.cluster:
+            return title
+        # An id that is only placeholders needs no catalog entry: it reads the same everywhere.
+        return {
+            "id": "%(cluster)s: %(title)s",
+            "args": {"cluster": self.cluster},
+            "lists": {"title": [title]},
+        }
+
+    @property
+    def display_resolution(self) -> str:
+        text = render_message((self.details or {}).get("resolution_message"))
+        return self.resolution if text is None else text
+
+    @property
+    def display_items_label(self) -> str:
+        details = self.details or {}
+        return render_label(details.get("items_label", ""))
+
+    def display_items(self, limit: int | None = None) -> list[str]:
+        """The listed items (names as written; sentences in the active language)."""
+        details = self.details or {}
+        items = [str(item) for item in details.get("items", [])][:limit]
+        messages = details.get("items_messages")
+        if not isinstance(messages, list):
+            return items
+        return [
+            text if (text := render_message(message)) is not None else item
+            for item, message in zip(items, messages, strict=False)
+        ] + items[len(messages) :]
+
+    def display_facts(self) -> list[dict[str, str]]:
+        """The facts with label and text in the active language: {label, text[, at][, token]}
+        (``at``: an ISO moment the reader formats; then ``text`` is empty)."""
+        facts = []
+        for item in (self.details or {}).get("facts", []):
+            if not isinstance(item, dict):
+                continue
+            text = render_message(item.get("text_message"))
+            fact = {
+                "label": render_label(item.get("label", "")),
+                "text": str(item.get("text", "")) if text is None else text,
+            }
+            if item.get("at"):
+                fact["at"] = str(item["at"])
+            if item.get("token"):
+                fact["token"] = str(item["token"])
+            facts.append(fact)
+        return facts
+
     @property
     def is_open(self) -> bool:
         return self.state == IncidentState.FIRING
@@ -219,15 +343,15 @@ class IncidentEvent(models.Model):
     """The incident's timeline: what changed, when, and who did it (Healthchecks' flips)."""
 
     class Kind(models.TextChoices):
-        OPENED = "opened", "opened"
-        UPDATED = "updated", "updated"
-        RESOLVED = "resolved", "resolved"
-        ACKNOWLEDGED = "acknowledged", "acknowledged"
-        UNACKNOWLEDGED = "unacknowledged", "acknowledgement withdrawn"
-        SILENCED = "silenced", "silenced"
-        UNSILENCED = "unsilenced", "silence ended"
-        HELD = "held", "mail held back"
-        MAIL = "mail", "mail"
+        OPENED = "opened", _("opened")
+        UPDATED = "updated", _("updated")
+        RESOLVED = "resolved", _("resolved")
+        ACKNOWLEDGED = "acknowledged", _("acknowledged")
+        UNACKNOWLEDGED = "unacknowledged", _("acknowledgement withdrawn")
+        SILENCED = "silenced", _("silenced")
+        UNSILENCED = "unsilenced", _("silence ended")
+        HELD = "held", _("mail held back")
+        MAIL = "mail", _("mail")
 
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField()
@@ -257,10 +381,17 @@ class IncidentEvent(models.Model):
     def display_text(self) -> str:
         """The entry in the active language; as written when it has no message id, or when
         a translation's placeholders do not fit its values."""
-        if not self.message:
+        if not self.message or not isinstance(self.message_args, dict):
             return self.text
+        values = {}
+        for name, value in self.message_args.items():
+            # A value may be a message itself (a title, a note, a duration).
+            text = render_message(value) if isinstance(value, dict) else str(value)
+            if text is None:
+                return self.text
+            values[name] = text
         try:
-            return gettext(self.message) % self.message_args
+            return gettext(self.message) % values
         except (KeyError, TypeError, ValueError):
             return self.text
 
@@ -291,7 +422,7 @@ class Silence(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
-        help_text="Who ended it early, if anyone.",
+        help_text=_("Who ended it early, if anyone."),
     )
 
     objects = SilenceQuerySet.as_manager()
@@ -315,7 +446,7 @@ class AlertSubscription(models.Model):
         max_length=10,
         choices=Severity.choices,
         default=Severity.WARNING,
-        help_text="Mail for incidents of this severity and worse.",
+        help_text=_("Mail for incidents of this severity and worse."),
     )
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -324,23 +455,23 @@ class AlertSubscription(models.Model):
 
 
 class NotificationKind(models.TextChoices):
-    OPENED = "opened", "opened"
-    RESOLVED = "resolved", "resolved"
-    REMINDER = "reminder", "reminder"
+    OPENED = "opened", _("opened")
+    RESOLVED = "resolved", _("resolved")
+    REMINDER = "reminder", _("reminder")
 
 
 class DeliveryState(models.TextChoices):
-    PENDING = "pending", "waiting to be sent"
-    SENDING = "sending", "being sent"
-    SENT = "sent", "sent"
-    FAILED = "failed", "failed (gave up)"
-    CANCELLED = "cancelled", "cancelled (silenced)"
+    PENDING = "pending", _("waiting to be sent")
+    SENDING = "sending", _("being sent")
+    SENT = "sent", _("sent")
+    FAILED = "failed", _("failed (gave up)")
+    CANCELLED = "cancelled", _("cancelled (silenced)")
 
 
 class ChannelKind(models.TextChoices):
-    DOORAY = "dooray", "Dooray! incoming webhook"
-    SLACK = "slack", "Slack incoming webhook"
-    WEBHOOK = "webhook", "generic JSON webhook (HMAC-SHA256 signed)"
+    DOORAY = "dooray", _("Dooray! incoming webhook")
+    SLACK = "slack", _("Slack incoming webhook")
+    WEBHOOK = "webhook", _("generic JSON webhook (HMAC-SHA256 signed)")
 
 
 class AlertChannel(models.Model):
@@ -353,7 +484,7 @@ class AlertChannel(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=10, choices=ChannelKind.choices)
-    url = EncryptedTextField(help_text="The webhook URL. Write-only: it is never shown again.")
+    url = EncryptedTextField(help_text=_("The webhook URL. Write-only: it is never shown again."))
     # The generic webhook's HMAC-SHA256 key; unused by Dooray! and Slack.
     signing_secret = EncryptedTextField(blank=True)
     enabled = models.BooleanField(default=True)

@@ -8,13 +8,16 @@ report lags, a node can be Ready in NKS's eyes and silent in the cluster's.
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_noop
+
 from alerts.conditions import (
     Condition,
+    Message,
     RuleContext,
     RuleOutcome,
+    duration_fact,
     fact,
     item_list,
-    seconds_text,
     time_fact,
 )
 from alerts.models import Rule
@@ -53,34 +56,39 @@ def nodegroup_mismatch(ctx: RuleContext) -> RuleOutcome:
         outcome.add(
             Condition(
                 key=key,
-                title=f"nodegroup {nodegroup.name}: NKS and the cluster disagree",
+                title=Message.gettext_noop(
+                    "nodegroup %(nodegroup)s: NKS and the cluster disagree",
+                    nodegroup=nodegroup.name,
+                ),
                 cluster=group_of(cluster),
                 hold=hold,
                 link=nks_link(),
                 details={
                     "facts": [
                         cluster_fact(cluster),
-                        fact("Nodegroup", nodegroup.name),
-                        fact("NKS node_count", _known(check.nks_nodes)),
+                        fact(gettext_noop("Nodegroup"), nodegroup.name),
+                        fact(gettext_noop("NKS node_count"), _known(check.nks_nodes)),
                         fact(
-                            "NKS ready:not ready",
+                            gettext_noop("NKS ready:not ready"),
                             f"{_known(check.nks_ready)}:{_known(check.nks_not_ready)}",
                         ),
-                        fact("Node objects", check.node_objects),
+                        fact(gettext_noop("Node objects"), check.node_objects),
                         fact(
-                            "Nodes Ready:not Ready", f"{check.nodes_ready}:{check.nodes_not_ready}"
+                            gettext_noop("Nodes Ready:not Ready"),
+                            f"{check.nodes_ready}:{check.nodes_not_ready}",
                         ),
-                        fact("Heartbeat Leases expired", check.heartbeats_expired),
-                        time_fact("Polled", nodegroup.polled_at or cluster.polled_at),
-                        fact("Lasting before alerting", seconds_text(hold.total_seconds())),
+                        fact(gettext_noop("Heartbeat Leases expired"), check.heartbeats_expired),
+                        time_fact(gettext_noop("Polled"), nodegroup.polled_at or cluster.polled_at),
+                        duration_fact(gettext_noop("Lasting before alerting"), hold),
                     ],
-                    **item_list("Disagreements", check.disagreements),
+                    # Sentences nks.node_picture writes (in English here: see evaluation).
+                    **item_list(gettext_noop("Disagreements"), check.disagreements),
                 },
             )
         )
     ctx.freeze_clusters(outcome, unjudged)
     for incident in ctx.ending(outcome):
-        outcome.notes[incident.key] = (
+        outcome.notes[incident.key] = Message.gettext_noop(
             "NKS and the cluster's Nodes agree again (or the nodegroup is gone, or the cluster "
             "is no longer watched)"
         )

@@ -13,14 +13,16 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Q
+from django.utils.translation import gettext_noop
 
 from alerts.conditions import (
     Condition,
+    Message,
     RuleContext,
     RuleOutcome,
+    duration_fact,
     fact,
     item_list,
-    seconds_text,
     time_fact,
 )
 from alerts.models import Rule
@@ -49,6 +51,8 @@ NORMAL = "NORMAL"
 NODES_NOT_READY = ("NOT_READY_NODE_EXIST", "ALL_NODES_NOT_READY")
 NKS_ACCOUNT_PREFIX = f"{Rule.SOURCE_STALE}:nks:"
 NKS_CLUSTER_PREFIX = f"{Rule.SOURCE_STALE}:nks-cluster:"
+NOT_REPORTED = Message.gettext_noop("not reported")
+NONE_RECORDED = Message.gettext_noop("none recorded")
 
 
 # --- cluster_unhealthy -----------------------------------------------------------------------
@@ -68,41 +72,59 @@ def cluster_unhealthy(ctx: RuleContext) -> RuleOutcome:
         if unjudgeable(cluster, now):
             unjudged.add(group)
             continue
-        problems = []
+        # A list of problems (a title lists them, comma-separated, in the reader's language).
+        problems: list[Message] = []
         freshness = cluster.freshness
         if freshness in (Freshness.STALE, Freshness.ROTTEN):
-            problems.append(f"health data {freshness}")
+            problems.append(Message.gettext_noop("health data %(freshness)s", freshness=freshness))
         api_status = cluster.api_status.strip().upper()
         api_down = cluster.api_ok is False or bool(api_status and api_status != NORMAL)
         if api_down:
-            problems.append(f"API {cluster.api_status or cluster.api or 'not working'}")
+            if cluster.api_status or cluster.api:
+                problem = Message.gettext_noop(
+                    "API %(status)s", status=cluster.api_status or cluster.api
+                )
+            else:
+                problem = Message.gettext_noop("API not working")
+            problems.append(problem)
         node_status = cluster.node_status.strip().upper()
         if node_status and node_status != NORMAL:
-            problems.append(f"nodes {cluster.node_status}")
+            problems.append(Message.gettext_noop("nodes %(status)s", status=cluster.node_status))
         if not problems:
             continue
         outcome.add(
             Condition(
                 key=f"{Rule.CLUSTER_UNHEALTHY}:{cluster.account.name}/{cluster.name}",
-                title=f"NKS cluster unhealthy: {', '.join(problems)}",
+                title=Message.gettext_noop(
+                    "NKS cluster unhealthy: %(problems)s", problems=problems
+                ),
                 cluster=group,
                 hold=grace,
                 link=nks_link(),
                 details={
                     "facts": [
                         cluster_fact(cluster),
-                        fact("API status", cluster.api_status or cluster.api or "not reported"),
-                        fact("Node status", cluster.node_status or "not reported"),
-                        fact("Health data", cluster.health_status or "not reported"),
-                        time_fact("Health data refreshed by NKS", cluster.health_timestamp),
                         fact(
-                            "Nodes ready",
-                            f"{cluster.nodes_ready} of {cluster.node_count}"
-                            if cluster.nodes_ready is not None and cluster.node_count is not None
-                            else "not reported",
+                            gettext_noop("API status"),
+                            cluster.api_status or cluster.api or NOT_REPORTED,
                         ),
-                        time_fact("Polled", cluster.polled_at),
-                        fact("Grace before alerting", seconds_text(grace.total_seconds())),
+                        fact(gettext_noop("Node status"), cluster.node_status or NOT_REPORTED),
+                        fact(gettext_noop("Health data"), cluster.health_status or NOT_REPORTED),
+                        time_fact(
+                            gettext_noop("Health data refreshed by NKS"), cluster.health_timestamp
+                        ),
+                        fact(
+                            gettext_noop("Nodes ready"),
+                            Message.gettext_noop(
+                                "%(ready)s of %(count)s",
+                                ready=cluster.nodes_ready,
+                                count=cluster.node_count,
+                            )
+                            if cluster.nodes_ready is not None and cluster.node_count is not None
+                            else NOT_REPORTED,
+                        ),
+                        time_fact(gettext_noop("Polled"), cluster.polled_at),
+                        duration_fact(gettext_noop("Grace before alerting"), grace),
                     ],
                     "api_down": api_down,
                     "aliases": sorted(also_known_as(cluster)),
@@ -115,14 +137,14 @@ def cluster_unhealthy(ctx: RuleContext) -> RuleOutcome:
     return outcome
 
 
-def _cluster_recovery(key: str) -> str:
+def _cluster_recovery(key: str) -> Message:
     account, _, name = key.partition(":")[2].partition("/")
     cluster = NksCluster.objects.filter(account__name=account, name=name).first()
     if cluster is None or cluster.gone_at is not None:
-        return "the cluster is no longer listed by NKS"
+        return Message.gettext_noop("the cluster is no longer listed by NKS")
     if not NksAccount.objects.filter(name=account, enabled=True).exists():
-        return "the NKS account was disabled"
-    return "API and nodes are NORMAL and the health data is fresh"
+        return Message.gettext_noop("the NKS account was disabled")
+    return Message.gettext_noop("API and nodes are NORMAL and the health data is fresh")
 
 
 # --- nodegroup_not_ready ---------------------------------------------------------------------
@@ -151,27 +173,44 @@ def nodegroup_not_ready(ctx: RuleContext) -> RuleOutcome:
         outcome.add(
             Condition(
                 key=key,
-                title=f"nodegroup {nodegroup.name}: "
-                f"{not_ready or 'some'} {'node' if not_ready == 1 else 'nodes'} not ready",
+                title=Message.ngettext(
+                    "nodegroup %(nodegroup)s: %(count)s node not ready",
+                    "nodegroup %(nodegroup)s: %(count)s nodes not ready",
+                    not_ready,
+                    nodegroup=nodegroup.name,
+                    count=not_ready,
+                )
+                if not_ready
+                else Message.gettext_noop(
+                    "nodegroup %(nodegroup)s: some nodes not ready", nodegroup=nodegroup.name
+                ),
                 cluster=group_of(cluster),
                 hold=grace,
                 link=nks_link(),
                 details={
                     "facts": [
                         cluster_fact(cluster),
-                        fact("Nodegroup", nodegroup.name),
-                        fact("Not ready", not_ready if nodegroup.not_ready is not None else "?"),
-                        fact("Ready", nodegroup.ready if nodegroup.ready is not None else "?"),
-                        fact("Node status", nodegroup.node_status or "not reported"),
-                        time_fact("Polled", nodegroup.polled_at or cluster.polled_at),
+                        fact(gettext_noop("Nodegroup"), nodegroup.name),
+                        fact(
+                            gettext_noop("Not ready"),
+                            not_ready if nodegroup.not_ready is not None else "?",
+                        ),
+                        fact(
+                            gettext_noop("Ready"),
+                            nodegroup.ready if nodegroup.ready is not None else "?",
+                        ),
+                        fact(gettext_noop("Node status"), nodegroup.node_status or NOT_REPORTED),
+                        time_fact(gettext_noop("Polled"), nodegroup.polled_at or cluster.polled_at),
                     ],
-                    **item_list("Nodes not ready", names),
+                    **item_list(gettext_noop("Nodes not ready"), names),
                 },
             )
         )
     ctx.freeze_clusters(outcome, unjudged)
     for incident in ctx.ending(outcome):
-        outcome.notes[incident.key] = "every node of the nodegroup is ready (or it is gone)"
+        outcome.notes[incident.key] = Message.gettext_noop(
+            "every node of the nodegroup is ready (or it is gone)"
+        )
     return outcome
 
 
@@ -228,28 +267,47 @@ def resize_failed(ctx: RuleContext) -> RuleOutcome:
             Condition(
                 key=f"{Rule.RESIZE_FAILED}:{cluster.account.name}/{cluster.name}/"
                 f"{request.nodegroup_name}",
-                title=f"resize of nodegroup {request.nodegroup_name} "
-                f"to {request.to_count} nodes failed",
+                title=Message.ngettext(
+                    "resize of nodegroup %(nodegroup)s to %(count)s node failed",
+                    "resize of nodegroup %(nodegroup)s to %(count)s nodes failed",
+                    request.to_count,
+                    nodegroup=request.nodegroup_name,
+                    count=request.to_count,
+                ),
                 cluster=group_of(cluster),
                 since=ended,
                 link=nks_link(),
                 details={
                     "facts": [
-                        fact("Resize request", f"#{request.pk}"),
+                        fact(gettext_noop("Resize request"), f"#{request.pk}"),
                         cluster_fact(cluster),
-                        fact("Nodegroup", request.nodegroup_name),
-                        fact("Size", f"{request.from_count} → {request.to_count} nodes"),
-                        fact("Requested by", request.username or "unknown"),
-                        fact("Reason given", request.reason),
-                        time_fact("Requested", request.created_at),
-                        time_fact("Failed", ended),
-                        fact("Error", request.error or "no error recorded"),
+                        fact(gettext_noop("Nodegroup"), request.nodegroup_name),
+                        fact(
+                            gettext_noop("Size"),
+                            Message.ngettext(
+                                "%(from)s → %(to)s node",
+                                "%(from)s → %(to)s nodes",
+                                request.to_count,
+                                to=request.to_count,
+                                **{"from": request.from_count},
+                            ),
+                        ),
+                        fact(
+                            gettext_noop("Requested by"),
+                            request.username or Message.gettext_noop("unknown"),
+                        ),
+                        fact(gettext_noop("Reason given"), request.reason),
+                        time_fact(gettext_noop("Requested"), request.created_at),
+                        time_fact(gettext_noop("Failed"), ended),
+                        fact(
+                            gettext_noop("Error"),
+                            request.error or Message.gettext_noop("no error recorded"),
+                        ),
                     ],
                     "resize_id": request.pk,
                 },
             )
         )
-    window_text = seconds_text(window.total_seconds())
     for incident in ctx.ending(outcome):
         account, _, rest = incident.key.partition(":")[2].partition("/")
         cluster_name, _, nodegroup = rest.partition("/")
@@ -264,9 +322,17 @@ def resize_failed(ctx: RuleContext) -> RuleOutcome:
             .first()
         )
         if success is not None and success.created_at >= incident.since - window:
-            note = f"resize #{success.pk} to {success.to_count} nodes succeeded"
+            note = Message.ngettext(
+                "resize #%(id)s to %(count)s node succeeded",
+                "resize #%(id)s to %(count)s nodes succeeded",
+                success.to_count,
+                id=success.pk,
+                count=success.to_count,
+            )
         else:
-            note = f"no successful resize since; the failure is older than {window_text}"
+            note = Message.gettext_noop(
+                "no successful resize since; the failure is older than %(window)s", window=window
+            )
         outcome.notes[incident.key] = note
     return outcome
 
@@ -289,25 +355,40 @@ def nks_sources_stale(ctx: RuleContext, outcome: RuleOutcome) -> None:
         outcome.add(
             Condition(
                 key=f"{NKS_ACCOUNT_PREFIX}{account.name}",
-                title=f"NKS account {account.name}: polls are failing",
+                title=Message.gettext_noop(
+                    "NKS account %(account)s: polls are failing", account=account.name
+                ),
                 cluster="",
                 since=since,
                 hold=threshold,
                 link=link,
                 details={
                     "facts": [
-                        fact("Source", f"NKS polls of account {account.name}"),
-                        time_fact("Last successful poll", account.last_success_at),
-                        time_fact("Last poll", account.last_poll_at),
-                        fact("Failures in a row", account.consecutive_failures),
-                        fact("Last error", account.last_error or "none recorded"),
                         fact(
-                            "Threshold",
-                            f"{polls} poll intervals ({seconds_text(threshold.total_seconds())})",
+                            gettext_noop("Source"),
+                            Message.gettext_noop(
+                                "NKS polls of account %(account)s", account=account.name
+                            ),
+                        ),
+                        time_fact(gettext_noop("Last successful poll"), account.last_success_at),
+                        time_fact(gettext_noop("Last poll"), account.last_poll_at),
+                        fact(gettext_noop("Failures in a row"), account.consecutive_failures),
+                        fact(gettext_noop("Last error"), account.last_error or NONE_RECORDED),
+                        fact(
+                            gettext_noop("Threshold"),
+                            Message.ngettext(
+                                "%(count)s poll interval (%(length)s)",
+                                "%(count)s poll intervals (%(length)s)",
+                                polls,
+                                count=polls,
+                                length=threshold,
+                            ),
                         ),
                         fact(
-                            "Meanwhile",
-                            "this account's cluster alerts are neither opened nor resolved",
+                            gettext_noop("Meanwhile"),
+                            Message.gettext_noop(
+                                "this account's cluster alerts are neither opened nor resolved"
+                            ),
                         ),
                     ],
                 },
@@ -326,23 +407,34 @@ def nks_sources_stale(ctx: RuleContext, outcome: RuleOutcome) -> None:
         outcome.add(
             Condition(
                 key=key,
-                title=f"NKS data about cluster {cluster.name} is not refreshed",
+                title=Message.gettext_noop(
+                    "NKS data about cluster %(cluster)s is not refreshed", cluster=cluster.name
+                ),
                 cluster=group_of(cluster),
                 since=since,
                 hold=threshold,
                 link=link,
                 details={
                     "facts": [
-                        fact("Source", f"NKS polls of cluster {cluster.name}"),
-                        time_fact("Last complete refresh", cluster.refreshed_at),
-                        time_fact("Last listed", cluster.polled_at),
-                        fact("Last error", cluster.last_error or "none recorded"),
+                        fact(
+                            gettext_noop("Source"),
+                            Message.gettext_noop(
+                                "NKS polls of cluster %(cluster)s", cluster=cluster.name
+                            ),
+                        ),
+                        time_fact(gettext_noop("Last complete refresh"), cluster.refreshed_at),
+                        time_fact(gettext_noop("Last listed"), cluster.polled_at),
+                        fact(gettext_noop("Last error"), cluster.last_error or NONE_RECORDED),
                     ],
                 },
             )
         )
     for incident in ctx.ending(outcome):
         if incident.key.startswith(NKS_ACCOUNT_PREFIX):
-            outcome.notes[incident.key] = "polls succeed again (or the account was disabled)"
+            outcome.notes[incident.key] = Message.gettext_noop(
+                "polls succeed again (or the account was disabled)"
+            )
         elif incident.key.startswith(NKS_CLUSTER_PREFIX):
-            outcome.notes[incident.key] = "the cluster's data is refreshed again (or it is gone)"
+            outcome.notes[incident.key] = Message.gettext_noop(
+                "the cluster's data is refreshed again (or it is gone)"
+            )

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
 from django.utils.text import slugify
+from django.utils.translation import gettext_noop
 
-from alerts.conditions import RuleContext, fact
+from alerts.conditions import Message, RuleContext, fact
 from alerts.models import Rule
 from nks.models import NksCluster, NksNodegroup
 
@@ -79,6 +81,11 @@ def judged_nodegroups(
         yield nodegroup, f"{rule}:{cluster.account.name}/{cluster.name}/{nodegroup.name}"
 
 
-def cluster_fact(cluster: NksCluster) -> dict[str, str]:
+def cluster_fact(cluster: NksCluster) -> dict[str, Any]:
     """The fact naming an NKS cluster and its account, first in every NKS incident."""
-    return fact("NKS cluster", f"{cluster.name} (account {cluster.account.name})")
+    return fact(
+        gettext_noop("NKS cluster"),
+        Message.gettext_noop(
+            "%(cluster)s (account %(account)s)", cluster=cluster.name, account=cluster.account.name
+        ),
+    )
