@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from dashboard.htmx import render_page
@@ -24,7 +25,7 @@ class ExpectedSizeForm(forms.Form):
         required=False,
         min_value=1,
         max_value=10_000,  # leader-k8s slot indexes have at most four digits
-        label="Expected slots (maxLeaders)",
+        label=_("Expected slots (maxLeaders)"),
     )
 
 
@@ -35,7 +36,7 @@ def group_list(request: HttpRequest) -> HttpResponse:
 def group_page(request: HttpRequest, cluster: str, namespace: str, name: str) -> HttpResponse:
     detail = group_detail(cluster, namespace, name, timezone.now())
     if detail is None:
-        raise Http404("No such leader group")
+        raise Http404(_("No such leader group"))
     form = ExpectedSizeForm(initial={"expected_size": detail.row.expected})
     return render_page(
         request, "leases/group_detail.html", {"detail": detail, "group": detail.row, "form": form}
@@ -48,10 +49,10 @@ def group_expected_size(
 ) -> HttpResponse:
     # The same people who may change the group's row in admin: staff.
     if not request.user.is_staff:
-        raise PermissionDenied("Recording a group's expected size needs a staff account.")
+        raise PermissionDenied(_("Recording a group's expected size needs a staff account."))
     group = leader_group(cluster, namespace, name, timezone.now())
     if group is None:
-        raise Http404("No such leader group")
+        raise Http404(_("No such leader group"))
     form = ExpectedSizeForm(request.POST)
     if not form.is_valid():
         detail = group_detail(cluster, namespace, name, timezone.now())

@@ -7,6 +7,8 @@ from typing import Any
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from dashboard.htmx import render_page, shared_partial
 from leases.forms import LeaseFilterForm, read_filters
@@ -32,7 +34,12 @@ def _lease_list(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {
         "filters": filters,
         "table": table,
-        "flap_rule": f"{table.flap_changes} or more holder changes in {table.flap_window}",
+        "flap_rule": ngettext(
+            "%(changes)d or more holder change in %(window)s",
+            "%(changes)d or more holder changes in %(window)s",
+            table.flap_changes,
+        )
+        % {"changes": table.flap_changes, "window": table.flap_window},
     }
     if not (request.htmx and request.htmx.target == TABLE_REGION):
         # Only the full page has the filter bar: its widgets, errors and namespace suggestions.
@@ -45,7 +52,7 @@ def _lease_list(request: HttpRequest) -> HttpResponse:
 def lease_page(request: HttpRequest, cluster: str, namespace: str, name: str) -> HttpResponse:
     detail = lease_detail(cluster, namespace, name, timezone.now())
     if detail is None:
-        raise Http404("No such lease")
+        raise Http404(_("No such lease"))
     return render_page(
         request,
         "leases/lease_detail.html",

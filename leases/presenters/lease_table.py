@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
 from django.db import connection
+from django.utils.translation import get_language, gettext, ngettext
 
 from dashboard.flapping import FlapPolicy, flap_policy, policy_query
 from dashboard.links import lease_url
@@ -77,6 +78,8 @@ class LeaseRow(NamedTuple):
     expires_text: str
     flaps: int
     flapping: bool
+    # The flapping pill's tooltip ("" unless flapping), in the reader's language.
+    flap_title: str
     # How long ago a fencing token came back ("" unless within FENCING_ANOMALY_WINDOW).
     fencing_reused: str
     expiring_soon: bool
@@ -105,6 +108,8 @@ class LeaseTable:
     flap_window: str
     flap_changes: int
     problems_legend: str
+    # "0 s ago", in the reader's language, until the browser's clock takes over.
+    updated_text: str
 
 
 # The same few filter combinations are refreshed over and over; their links never change.
@@ -131,9 +136,13 @@ def build_lease_row(
     stale_clusters: set[int],
     prefix: str,
     policy: FlapPolicy,
+    words: RowWords | None = None,
 ) -> LeaseRow:
     """A table row from a `table_page` row: TABLE_COLUMNS, then recent holder changes,
-    judged at `bounds.now`."""
+    judged at `bounds.now`. `words`: the texts every row shares, in the active language
+    (looked up once per table, not once per row)."""
+    if words is None:
+        words = row_words(policy)
     (
         _,
         cluster_id,
@@ -198,18 +207,20 @@ def build_lease_row(
         namespace,
         lease_url(prefix, cluster, namespace, name),
         name,
-        CLASS_LABELS.get(lease_class, lease_class),
+        words.class_labels.get(lease_class, lease_class),
         shown,
         title,
         token_shown,
         foreign_writer,
         iso_js(renew_time) if renew_time else "",
-        relative_text((now - renew_time).total_seconds()) if renew_time else "never",
+        relative_text((now - renew_time).total_seconds()) if renew_time else words.never,
         # Countdowns only tick for held leases: a released lease's expiry means nothing.
         iso_js(expires_at) if expires_at and state is not LeaseState.RELEASED else "",
         expiry_text(state, expires_at, now),
         flap_count,
         flapping,
+        # Only flapping rows, a handful, pay for the plural.
+        words.flap_title(flap_count) if flapping else "",
         relative_text((now - fencing_reused_at).total_seconds()) if fencing else "",
         soon,
         deleted,
@@ -284,7 +295,11 @@ def lease_table(
     # A disabled cluster's data is as old as a stale one's.
     stale = {cluster.id for cluster in clusters if cluster.stale or not cluster.enabled}
     bounds = ProblemBounds.at(now, (row[DURATION] for row in page.rows))
-    rows = [build_lease_row(row, bounds, cluster_names, stale, prefix, policy) for row in page.rows]
+    words = row_words(policy)
+    rows = [
+        build_lease_row(row, bounds, cluster_names, stale, prefix, policy, words)
+        for row in page.rows
+    ]
     return LeaseTable(
         rows=rows,
         clusters=clusters,
@@ -302,15 +317,46 @@ def lease_table(
         server_now=iso_js(now),
         flap_window=format_duration(policy.window.total_seconds()),
         flap_changes=policy.changes,
-        problems_legend=PROBLEMS_LEGEND,
+        problems_legend=problems_legend(get_language()),
+        updated_text=relative_text(0),
     )
 
 
-# What problems first means, in the words of `Problem` and its thresholds.
-PROBLEMS_LEGEND = (
-    f"expired, then a fencing token reused in the last "
-    f"{format_duration(FENCING_ANOMALY_WINDOW.total_seconds())}, flapping, expiring soon "
-    f"(within {format_duration(EXPIRING_SOON.total_seconds())} or the last "
-    f"1/{EXPIRING_SOON_PARTS} of its duration), then the rest; by name within each. "
-    "Deleted leases are never problems"
-)
+@dataclass(frozen=True, slots=True)
+class RowWords:
+    """What every row of one table says alike, in the language active when it was made."""
+
+    class_labels: Mapping[str, str]
+    never: str
+    flap_window: str
+
+    def flap_title(self, changes: int) -> str:
+        return ngettext(
+            "%(changes)d holder change in the last %(window)s",
+            "%(changes)d holder changes in the last %(window)s",
+            changes,
+        ) % {"changes": changes, "window": self.flap_window}
+
+
+def row_words(policy: FlapPolicy) -> RowWords:
+    return RowWords(
+        # The labels are lazy: resolved here once, not once per row.
+        class_labels={value: str(label) for value, label in CLASS_LABELS.items()},
+        never=gettext("never"),
+        flap_window=format_duration(policy.window.total_seconds()),
+    )
+
+
+@lru_cache(maxsize=8)
+def problems_legend(language: str | None) -> str:
+    """What problems first means, in the words of `Problem` and its thresholds; per
+    language, since a table is drawn every few seconds and the legend never changes."""
+    return gettext(
+        "expired, then a fencing token reused in the last %(fencing)s, flapping, expiring "
+        "soon (within %(soon)s or the last 1/%(parts)s of its duration), then the rest; by "
+        "name within each. Deleted leases are never problems"
+    ) % {
+        "fencing": format_duration(FENCING_ANOMALY_WINDOW.total_seconds()),
+        "soon": format_duration(EXPIRING_SOON.total_seconds()),
+        "parts": EXPIRING_SOON_PARTS,
+    }
