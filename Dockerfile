@@ -14,6 +14,8 @@ COPY requirements.txt ./
 RUN pip install -r requirements.txt
 
 COPY . .
+# Translations need no gettext here: the compiled catalogs (locale/**/django.mo) are committed
+# (make compilemessages) and tests/test_translations.py checks they match their .po files.
 # collectstatic only reads files; the throw-away values satisfy production settings at build.
 RUN DJANGO_ENV=production \
     SECRET_KEY=build-only-not-a-secret-build-only-not-a-secret-build-only \

@@ -11,12 +11,14 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: help install run test lint format lock clean
+.PHONY: help install run test lint format lock clean messages compilemessages
 
 help:
 	@echo "make run    start the dashboard with a demo cluster on http://127.0.0.1:8000"
 	@echo "make test   run the test suite"
 	@echo "make lint   ruff check + format check"
+	@echo "make messages         extract the texts to translate into locale/ko (needs GNU gettext)"
+	@echo "make compilemessages  compile every locale/**/django.po into its .mo (committed)"
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is required" >&2; exit 1; }
@@ -47,6 +49,27 @@ lint: install
 format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# Translations (issue 12). `make messages` extracts every marked text of the product (not the
+# fakes, tests, benchmarks or manifests) and merges it into locale/ko/LC_MESSAGES/django.po:
+# new texts arrive untranslated, changed ones fuzzy; translate them, then `make
+# compilemessages`. The .mo files are committed, so `make run` and the image need no gettext.
+MESSAGE_IGNORES := --ignore='fakes/*' --ignore='tests/*' --ignore='bench/*' --ignore='.venv/*' \
+	--ignore='deploy/*' --ignore='var/*' --ignore='staticfiles/*'
+
+messages: install
+	@command -v xgettext >/dev/null || { echo "GNU gettext is needed: apt-get install -y gettext" >&2; exit 1; }
+	$(BIN)/python manage.py makemessages -l ko --no-obsolete $(MESSAGE_IGNORES)
+	@echo "Untranslated: $$(msgattrib --untranslated locale/ko/LC_MESSAGES/django.po | grep -c '^msgid ' || true)," \
+	      "fuzzy: $$(msgattrib --only-fuzzy locale/ko/LC_MESSAGES/django.po | grep -c '^msgid ' || true)" \
+	      "(each count includes the header)"
+
+# msgfmt directly, not `manage.py compilemessages`: that one walks every folder named
+# locale, the virtualenv's packages included.
+compilemessages:
+	@command -v msgfmt >/dev/null || { echo "GNU gettext is needed: apt-get install -y gettext" >&2; exit 1; }
+	@find locale -name django.po | while read -r po; do \
+		msgfmt --check -o "$${po%.po}.mo" "$$po" || exit 1; echo "compiled $$po"; done
 
 # Re-pin requirements*.txt from pyproject.toml in throw-away virtualenvs.
 lock:
