@@ -22,23 +22,26 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext, ngettext, pgettext, pgettext_lazy
 
 from alerts.models import (
     DeliveryState,
     Incident,
     Notification,
     NotificationKind,
+    Severity,
     severity_rank,
 )
-from dashboard.timefmt import format_duration, iso_utc, mail_moment_text
+from dashboard.timefmt import format_duration, iso_utc, mail_moment_text, relative_text
 
 SUBJECT_LIMIT = 200
 VALUE_LIMIT = 300
 ITEMS_IN_MAIL = 50
+# A subject's tag, in capitals in English so mail filters can match it.
 TAGS = {
-    NotificationKind.OPENED: "FIRING",
-    NotificationKind.RESOLVED: "RESOLVED",
-    NotificationKind.REMINDER: "REMINDER",
+    NotificationKind.OPENED: pgettext_lazy("mail subject tag", "FIRING"),
+    NotificationKind.RESOLVED: pgettext_lazy("mail subject tag", "RESOLVED"),
+    NotificationKind.REMINDER: pgettext_lazy("mail subject tag", "REMINDER"),
 }
 _INVISIBLE = {"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"}
 
@@ -76,14 +79,28 @@ def absolute(path: str) -> str:
 
 
 def _fact_text(item: dict[str, Any], now: datetime) -> str:
+    """A fact's value for mail: a moment in UTC and the reader's zone with its age, else the
+    text (in the reader's language: `Incident.display_facts`)."""
     at = item.get("at")
     if at:
         moment = parse_datetime(str(at))
         if moment is not None:
-            ago = format_duration((now - moment).total_seconds())
             text = mail_moment_text(moment)
-            return f"{text}, {ago} ago" if moment <= now else text
+            if moment > now:
+                return text
+            return pgettext("a moment and how long ago it was", "%(moment)s, %(ago)s") % {
+                "moment": text,
+                "ago": relative_text((now - moment).total_seconds()),
+            }
     return visible(item.get("text", ""))
+
+
+def severity_label(severity: str) -> str:
+    """The severity in the active language (the stored value stays English)."""
+    try:
+        return str(Severity(severity).label)
+    except ValueError:
+        return severity
 
 
 def sort_incidents(incidents: Sequence[Incident]) -> list[Incident]:
@@ -91,22 +108,25 @@ def sort_incidents(incidents: Sequence[Incident]) -> list[Incident]:
 
 
 def incident_context(incident: Incident, now: datetime) -> dict[str, Any]:
+    """What mail shows of an incident, in the active language and zone (the recipient's)."""
     details = incident.details or {}
-    items = [visible(name, 100) for name in details.get("items", [])]
-    total = int(details.get("items_total", len(items)) or 0)
+    items = [visible(name, 100) for name in incident.display_items(ITEMS_IN_MAIL)]
+    total = int(details.get("items_total", len(details.get("items", []))) or 0)
     shown = items[:ITEMS_IN_MAIL]
+    label = severity_label(incident.severity)
     return {
         "id": incident.pk,
-        "title": visible(incident.full_title, 500),
+        "title": visible(incident.display_full_title, 500),
         "severity": incident.severity,
-        "severity_upper": incident.severity.upper(),
-        "rule": incident.get_rule_display(),
+        "severity_label": label,
+        "severity_upper": label.upper(),
+        "rule": str(incident.get_rule_display()),
         "since": mail_moment_text(incident.since),
         "opened": mail_moment_text(incident.opened_at),
         "resolved": mail_moment_text(incident.resolved_at),
         "so_far": format_duration(incident.duration(now).total_seconds()),
         "lasted": format_duration(incident.duration(now).total_seconds()),
-        "resolution": visible(incident.resolution, 500),
+        "resolution": visible(incident.display_resolution, 500),
         "facts": [
             {
                 "label": visible(item.get("label", ""), 80),
@@ -114,10 +134,9 @@ def incident_context(incident: Incident, now: datetime) -> dict[str, Any]:
                 # A leader-k8s fencing token, shown muted beside the holder's identity.
                 "token": visible(item.get("token", ""), 80),
             }
-            for item in details.get("facts", [])
-            if isinstance(item, dict)
+            for item in incident.display_facts()
         ],
-        "items_label": visible(details.get("items_label", ""), 100),
+        "items_label": visible(incident.display_items_label, 100),
         "items": shown,
         "more": max(total - len(shown), 0),
         "items_total": total,
@@ -129,18 +148,85 @@ def incident_context(incident: Incident, now: datetime) -> dict[str, Any]:
     }
 
 
+def incident_summary(incident: Incident, now: datetime) -> dict[str, Any]:
+    """One incident for a chat or webhook message, in the active language and zone.
+
+    Keys (stable): ``title`` (with its cluster), ``severity`` (the stored value),
+    ``severity_label`` (in words), ``facts`` ([{label, text}], a fencing token folded into
+    the text), ``url`` (the incident page), ``link`` (the data behind it), ``resolution``,
+    ``since`` and ``lasted`` (so far, while open). Names are data: made visible and bounded
+    as in mail, escaping for a format is the caller's.
+    """
+    context = incident_context(incident, now)
+    facts = []
+    for item in context["facts"]:
+        text = item["text"]
+        if item["token"]:
+            text = gettext("%(holder)s (token %(token)s)") % {
+                "holder": text,
+                "token": item["token"],
+            }
+        facts.append({"label": item["label"], "text": text})
+    return {
+        "title": context["title"],
+        "severity": context["severity"],
+        "severity_label": context["severity_label"],
+        "facts": facts,
+        "url": context["url"],
+        "link": context["link"],
+        "resolution": context["resolution"] if incident.resolved_at else "",
+        "since": context["since"],
+        "lasted": context["lasted"],
+    }
+
+
 def subject_for(kind: str, incidents: Sequence[Incident], now: datetime) -> str:
+    """The subject in the active language: names in it are data, cleaned of control and
+    line-break characters like every untrusted text that reaches a header."""
     first, count = incidents[0], len(incidents)
-    more = f" (+{count - 1} more)" if count > 1 else ""
-    if kind == NotificationKind.REMINDER:
-        noun = "incident" if count == 1 else "incidents"
-        text = f"[REMINDER] {count} {noun} still open: {first.full_title}{more}"
+    values = {
+        "tag": TAGS[NotificationKind(kind)],
+        "title": first.display_full_title,
+        "count": count,
+        "more": count - 1,
+    }
+    if kind == NotificationKind.REMINDER and count == 1:
+        text = gettext("[%(tag)s] 1 incident still open: %(title)s") % values
+    elif kind == NotificationKind.REMINDER:
+        text = (
+            ngettext(
+                "[%(tag)s] %(count)s incident still open: %(title)s (+%(more)s more)",
+                "[%(tag)s] %(count)s incidents still open: %(title)s (+%(more)s more)",
+                count,
+            )
+            % values
+        )
     elif kind == NotificationKind.RESOLVED and count == 1:
         lasted = format_duration(first.duration(now).total_seconds())
-        text = f"[RESOLVED] {first.full_title} (lasted {lasted})"
+        text = gettext("[%(tag)s] %(title)s (lasted %(lasted)s)") % {**values, "lasted": lasted}
+    elif count == 1:
+        text = gettext("[%(tag)s] %(title)s") % values
     else:
-        text = f"[{TAGS[NotificationKind(kind)]}] {first.full_title}{more}"
+        text = gettext("[%(tag)s] %(title)s (+%(more)s more)") % values
     return clean_header_text(text)
+
+
+def headline_for(kind: str, count: int) -> str:
+    if kind == NotificationKind.OPENED:
+        if count == 1:
+            return gettext("New incident")
+        text = ngettext("%(count)s new incident", "%(count)s new incidents", count)
+    elif kind == NotificationKind.RESOLVED:
+        if count == 1:
+            return gettext("Incident resolved")
+        text = ngettext("%(count)s incident resolved", "%(count)s incidents resolved", count)
+    else:
+        text = ngettext(
+            "Still open and not acknowledged: %(count)s incident",
+            "Still open and not acknowledged: %(count)s incidents",
+            count,
+        )
+    return text % {"count": count}
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,16 +255,9 @@ def render_notification(
 
 def _render_notification(kind: str, incidents: Sequence[Incident], now: datetime) -> RenderedMail:
     ordered = sort_incidents(incidents)
-    count = len(ordered)
-    if kind == NotificationKind.OPENED:
-        headline = "New incident" if count == 1 else f"{count} new incidents"
-    elif kind == NotificationKind.RESOLVED:
-        headline = "Incident resolved" if count == 1 else f"{count} incidents resolved"
-    else:
-        headline = f"Still open and not acknowledged: {count} incident{'s' if count != 1 else ''}"
     context = {
         "kind": kind,
-        "headline": headline,
+        "headline": headline_for(kind, len(ordered)),
         "incidents": [incident_context(incident, now) for incident in ordered],
         "alerts_url": absolute(reverse("alerts:index")),
         "subscription_url": absolute(reverse("alerts:subscription")),
@@ -210,6 +289,9 @@ def build_message(notification: Notification) -> EmailMultiAlternatives:
         "Auto-Submitted": "auto-generated",
         "X-Auto-Response-Suppress": "All",
     }
+    language = _language_tag(notification.language)
+    if language:
+        headers["Content-Language"] = language
     if notification.kind != NotificationKind.OPENED:
         # Thread a resolve mail or a reminder under the mail that announced the incidents.
         earlier = Notification.objects.filter(
@@ -230,6 +312,12 @@ def build_message(notification: Notification) -> EmailMultiAlternatives:
     )
     message.attach_alternative(notification.body_html, "text/html")
     return message
+
+
+def _language_tag(code: str) -> str:
+    """A language code for a header: only one of LANGUAGES (never text from elsewhere)."""
+    known = {language for language, _ in settings.LANGUAGES}
+    return code if code in known else ""
 
 
 def iso(moment: datetime | None) -> str | None:
