@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext, ngettext
 
 from alerts.mail import absolute, iso, sort_incidents, visible
@@ -100,8 +101,9 @@ def _facts(incident: Incident) -> list[tuple[str, str]]:
         if not isinstance(item, Mapping):
             continue
         value = item.get("text", "")
-        if item.get("at"):
-            value = str(item["at"])
+        moment = parse_datetime(str(item["at"])) if item.get("at") else None
+        if moment is not None:
+            value = _local(moment)
         facts.append((visible(item.get("label", ""), 80), visible(value, 200)))
     return facts
 
