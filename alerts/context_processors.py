@@ -8,6 +8,7 @@ from typing import Any
 from django.db import DatabaseError
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
+from django.utils.translation import gettext, ngettext
 
 from alerts.queries import open_incident_counts
 
@@ -21,9 +22,12 @@ class Badge:
     @property
     def text(self) -> str:
         if not self.count:
-            return "no open incidents"
-        noun = "incident" if self.count == 1 else "incidents"
-        return f"{self.count} open {noun}, {self.unacknowledged} not acknowledged"
+            return gettext("no open incidents")
+        return ngettext(
+            "%(count)s open incident, %(unacknowledged)s not acknowledged",
+            "%(count)s open incidents, %(unacknowledged)s not acknowledged",
+            self.count,
+        ) % {"count": self.count, "unacknowledged": self.unacknowledged}
 
 
 def _badge() -> Badge:

@@ -8,16 +8,18 @@ from typing import Any
 from django import forms
 from django.core.validators import MaxLengthValidator
 from django.utils.choices import CallableChoiceIterator
+from django.utils.translation import gettext, pgettext_lazy
+from django.utils.translation import gettext_lazy as _
 
 from alerts.models import Incident, IncidentState, Rule, Severity
 
 SILENCE_CHOICES = [
-    ("1h", "1 hour"),
-    ("4h", "4 hours"),
-    ("8h", "8 hours"),
-    ("1d", "1 day"),
-    ("3d", "3 days"),
-    ("7d", "1 week"),
+    ("1h", _("1 hour")),
+    ("4h", _("4 hours")),
+    ("8h", _("8 hours")),
+    ("1d", _("1 day")),
+    ("3d", _("3 days")),
+    ("7d", _("1 week")),
 ]
 SILENCE_DURATIONS = {
     "1h": timedelta(hours=1),
@@ -33,7 +35,7 @@ def cluster_choices() -> list[tuple[str, str]]:
     """Clusters that incidents were shown for. Called when the filter bar is drawn."""
     shown = Incident.objects.exclude(cluster="").exclude(state=IncidentState.PENDING)
     names = sorted(set(shown.values_list("cluster", flat=True).distinct()))
-    return [("", "any cluster"), *((name, name) for name in names)]
+    return [("", gettext("any cluster")), *((name, name) for name in names)]
 
 
 class IncidentFilterForm(forms.Form):
@@ -41,15 +43,26 @@ class IncidentFilterForm(forms.Form):
 
     state = forms.ChoiceField(
         required=False,
-        label="Show",
-        choices=[("", "open, then recently resolved"), ("open", "open"), ("resolved", "resolved")],
+        label=_("Show"),
+        choices=[
+            ("", _("open, then recently resolved")),
+            ("open", pgettext_lazy("incidents", "open")),
+            ("resolved", pgettext_lazy("incidents", "resolved")),
+        ],
     )
-    rule = forms.ChoiceField(required=False, choices=[("", "any rule"), *Rule.choices])
-    severity = forms.ChoiceField(required=False, choices=[("", "any severity"), *Severity.choices])
+    rule = forms.ChoiceField(
+        required=False, label=_("Rule"), choices=[("", _("any rule")), *Rule.choices]
+    )
+    severity = forms.ChoiceField(
+        required=False,
+        label=_("Severity"),
+        choices=[("", _("any severity")), *Severity.choices],
+    )
     # Text offered as a select: a cluster with no incident yet matches none, it is no error.
     # A length validator, not max_length, which would also write maxlength= on the <select>.
     cluster = forms.CharField(
         required=False,
+        label=_("Cluster"),
         validators=[MaxLengthValidator(253)],
         widget=forms.Select(choices=CallableChoiceIterator(cluster_choices)),
     )
@@ -74,11 +87,12 @@ class IncidentFilterForm(forms.Form):
 class SilenceForm(forms.Form):
     """Rendered field by field on the incident page, with ids ``silence-<field>``."""
 
-    duration = forms.ChoiceField(choices=SILENCE_CHOICES, initial="4h")
+    duration = forms.ChoiceField(label=_("Silence for"), choices=SILENCE_CHOICES, initial="4h")
     reason = forms.CharField(
         required=False,
+        label=_("Reason"),
         max_length=500,
-        widget=forms.TextInput(attrs={"placeholder": "e.g. planned maintenance"}),
+        widget=forms.TextInput(attrs={"placeholder": _("e.g. planned maintenance")}),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -90,23 +104,23 @@ class SilenceForm(forms.Form):
 
 
 class SubscriptionForm(forms.Form):
-    enabled = forms.BooleanField(required=False, label="E-mail me alerts")
+    enabled = forms.BooleanField(required=False, label=_("E-mail me alerts"))
     min_severity = forms.ChoiceField(
         choices=[
-            (Severity.WARNING.value, "warning and critical"),
-            (Severity.CRITICAL.value, "critical only"),
+            (Severity.WARNING.value, _("warning and critical")),
+            (Severity.CRITICAL.value, _("critical only")),
         ],
-        label="Which incidents",
+        label=_("Which incidents"),
     )
     # A text input, as before: the server checks the address and says what is wrong with it.
     email = forms.EmailField(
         required=False,
-        label="At this address (your account's e-mail)",
+        label=_("At this address (your account's e-mail)"),
         widget=forms.TextInput(attrs={"autocomplete": "email", "inputmode": "email"}),
     )
 
     def clean(self) -> dict[str, object]:
         data = super().clean()
         if data.get("enabled") and not data.get("email"):
-            self.add_error("email", "An address is needed to receive alert e-mail.")
+            self.add_error("email", gettext("An address is needed to receive alert e-mail."))
         return data

@@ -8,6 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
 
 from alerts import election_rules, lease_rules, nks_node_rules, nks_rules
 from alerts.conditions import RuleConfig, RuleContext, RuleOutcome
@@ -38,10 +40,11 @@ class RuleSpec:
     rule: Rule
     severity: Severity
     evaluate: Callable[[RuleContext], RuleOutcome]
-    summary: str
-    grace_help: str = ""
-    threshold_help: str = ""
-    window_help: str = ""
+    # Lazy: shown in the reader's language on the incident page and in admin.
+    summary: str | Promise
+    grace_help: str | Promise = ""
+    threshold_help: str | Promise = ""
+    window_help: str | Promise = ""
 
 
 RULE_SPECS: dict[Rule, RuleSpec] = {
@@ -51,88 +54,104 @@ RULE_SPECS: dict[Rule, RuleSpec] = {
             Rule.LEASE_EXPIRED,
             Severity.CRITICAL,
             lease_rules.lease_expired,
-            "A leader-election or control-plane lease with a holder expired.",
-            grace_help="Seconds past expiry (default ALERT_LEASE_GRACE_SECONDS, else one more "
-            "leaseDurationSeconds).",
+            _("A leader-election or control-plane lease with a holder expired."),
+            grace_help=_(
+                "Seconds past expiry (default ALERT_LEASE_GRACE_SECONDS, else one more "
+                "leaseDurationSeconds)."
+            ),
         ),
         RuleSpec(
             Rule.LEASE_FLAPPING,
             Severity.WARNING,
             lease_rules.lease_flapping,
-            "A lease's holder keeps changing; resolves after a window without a change.",
-            threshold_help="Holder changes that open it (default ALERT_FLAP_CHANGES).",
-            window_help="Window in seconds (default ALERT_FLAP_WINDOW_SECONDS).",
+            _("A lease's holder keeps changing; resolves after a window without a change."),
+            threshold_help=_("Holder changes that open it (default ALERT_FLAP_CHANGES)."),
+            window_help=_("Window in seconds (default ALERT_FLAP_WINDOW_SECONDS)."),
         ),
         RuleSpec(
             Rule.NODE_HEARTBEATS_EXPIRED,
             Severity.CRITICAL,
             lease_rules.node_heartbeats_expired,
-            "Nodes stopped renewing their kube-node-lease lease (one incident per cluster).",
-            grace_help="Seconds past a node lease's expiry (default ALERT_NODE_GRACE_SECONDS).",
-            threshold_help="Least number of such nodes (default 1).",
+            _("Nodes stopped renewing their kube-node-lease lease (one incident per cluster)."),
+            grace_help=_("Seconds past a node lease's expiry (default ALERT_NODE_GRACE_SECONDS)."),
+            threshold_help=_("Least number of such nodes (default 1)."),
         ),
         RuleSpec(
             Rule.CLUSTER_UNHEALTHY,
             Severity.CRITICAL,
             nks_rules.cluster_unhealthy,
-            "An NKS cluster's API or nodes are not NORMAL, or its health data is STALE/ROTTEN.",
-            grace_help="Seconds it must last (default ALERT_NKS_GRACE_POLLS poll intervals).",
+            _("An NKS cluster's API or nodes are not NORMAL, or its health data is STALE/ROTTEN."),
+            grace_help=_("Seconds it must last (default ALERT_NKS_GRACE_POLLS poll intervals)."),
         ),
         RuleSpec(
             Rule.NODEGROUP_NOT_READY,
             Severity.WARNING,
             nks_rules.nodegroup_not_ready,
-            "An NKS nodegroup has nodes that are not ready (not judged while NKS updates it).",
-            grace_help="Seconds it must last (default ALERT_NKS_GRACE_POLLS poll intervals).",
+            _("An NKS nodegroup has nodes that are not ready (not judged while NKS updates it)."),
+            grace_help=_("Seconds it must last (default ALERT_NKS_GRACE_POLLS poll intervals)."),
         ),
         RuleSpec(
             Rule.NODEGROUP_MISMATCH,
             Severity.WARNING,
             nks_node_rules.nodegroup_mismatch,
-            "NKS's node count or ready:not-ready disagrees with the cluster's own Nodes and "
-            "heartbeat Leases (no verdict while either side is stale).",
-            grace_help="Seconds it must last (default 3 NKS poll intervals).",
+            _(
+                "NKS's node count or ready:not-ready disagrees with the cluster's own Nodes and "
+                "heartbeat Leases (no verdict while either side is stale)."
+            ),
+            grace_help=_("Seconds it must last (default 3 NKS poll intervals)."),
         ),
         RuleSpec(
             Rule.RESIZE_FAILED,
             Severity.WARNING,
             nks_rules.resize_failed,
-            "A nodegroup resize ended failed; open until a later resize of it succeeds.",
-            window_help="Seconds a failure stays open at most (default ALERT_RESIZE_FAILED_HOURS).",
+            _("A nodegroup resize ended failed; open until a later resize of it succeeds."),
+            window_help=_(
+                "Seconds a failure stays open at most (default ALERT_RESIZE_FAILED_HOURS)."
+            ),
         ),
         RuleSpec(
             Rule.LEADER_GROUP_UNSTAFFED,
             Severity.CRITICAL,
             election_rules.leader_group_unstaffed,
-            "No slot of a leader-k8s slot group is held: the group has no leader.",
-            grace_help="Seconds it must last (default ALERT_LEASE_GRACE_SECONDS, else one "
-            "leaseDurationSeconds of its slots).",
+            _("No slot of a leader-k8s slot group is held: the group has no leader."),
+            grace_help=_(
+                "Seconds it must last (default ALERT_LEASE_GRACE_SECONDS, else one "
+                "leaseDurationSeconds of its slots)."
+            ),
         ),
         RuleSpec(
             Rule.LEADER_GROUP_DEGRADED,
             Severity.WARNING,
             election_rules.leader_group_degraded,
-            "Fewer slots of a leader-k8s group are held than the expected size an admin "
-            "recorded (on the group page or in admin); none held is leader_group_unstaffed.",
-            grace_help="Seconds it must last (default ALERT_LEASE_GRACE_SECONDS, else one "
-            "leaseDurationSeconds of its slots).",
+            _(
+                "Fewer slots of a leader-k8s group are held than the expected size an admin "
+                "recorded (on the group page or in admin); none held is leader_group_unstaffed."
+            ),
+            grace_help=_(
+                "Seconds it must last (default ALERT_LEASE_GRACE_SECONDS, else one "
+                "leaseDurationSeconds of its slots)."
+            ),
         ),
         RuleSpec(
             Rule.FENCING_TOKEN_REUSED,
             Severity.CRITICAL,
             election_rules.fencing_token_reused,
-            "A leader-k8s fencing token came back after another holder: a stale holder wrote, "
-            "fencing is broken.",
-            grace_help="Seconds before it opens (default 0).",
-            window_help="Seconds it stays open after the last reuse (default 86400).",
+            _(
+                "A leader-k8s fencing token came back after another holder: a stale holder wrote, "
+                "fencing is broken."
+            ),
+            grace_help=_("Seconds before it opens (default 0)."),
+            window_help=_("Seconds it stays open after the last reuse (default 86400)."),
         ),
         RuleSpec(
             Rule.SOURCE_STALE,
             Severity.CRITICAL,
             source_stale,
-            "The dashboard's own data is old: a Lease watcher or NKS polling went quiet.",
-            grace_help="Seconds a watcher may write nothing (default ALERT_WATCH_STALE_SECONDS).",
-            threshold_help="NKS poll intervals without success (default ALERT_NKS_STALE_POLLS).",
+            _("The dashboard's own data is old: a Lease watcher or NKS polling went quiet."),
+            grace_help=_(
+                "Seconds a watcher may write nothing (default ALERT_WATCH_STALE_SECONDS)."
+            ),
+            threshold_help=_("NKS poll intervals without success (default ALERT_NKS_STALE_POLLS)."),
         ),
     )
 }

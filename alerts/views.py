@@ -9,6 +9,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
 
 from alerts import incident_actions
@@ -38,7 +39,7 @@ def incident_list(request: HttpRequest) -> HttpResponse:
 def incident_page(request: HttpRequest, incident_id: int) -> HttpResponse:
     detail = incident_detail(incident_id, timezone.now())
     if detail is None:
-        raise Http404("No such incident")
+        raise Http404(gettext("No such incident"))
     return render_page(
         request,
         "alerts/incident_detail.html",
@@ -67,16 +68,20 @@ def _tell(request: HttpRequest, level: int, text: str) -> None:
 
 def _require_incident(incident_id: int) -> None:
     if not incident_exists(incident_id):
-        raise Http404("No such incident")
+        raise Http404(gettext("No such incident"))
 
 
 @require_POST
 def acknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
     _require_incident(incident_id)
     if incident_actions.acknowledge_incident(incident_id, request.user):
-        _tell(request, messages.SUCCESS, "Acknowledged: no more reminders for this incident.")
+        _tell(
+            request,
+            messages.SUCCESS,
+            gettext("Acknowledged: no more reminders for this incident."),
+        )
     else:
-        _tell(request, messages.INFO, "Already acknowledged, or no longer open.")
+        _tell(request, messages.INFO, gettext("Already acknowledged, or no longer open."))
     return _back(request, incident_id)
 
 
@@ -84,7 +89,7 @@ def acknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
 def unacknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
     _require_incident(incident_id)
     if incident_actions.unacknowledge_incident(incident_id, request.user):
-        _tell(request, messages.SUCCESS, "Acknowledgement withdrawn: reminders resume.")
+        _tell(request, messages.SUCCESS, gettext("Acknowledgement withdrawn: reminders resume."))
     return _back(request, incident_id)
 
 
@@ -93,7 +98,7 @@ def silence(request: HttpRequest, incident_id: int) -> HttpResponse:
     _require_incident(incident_id)
     form = SilenceForm(request.POST)
     if not form.is_valid():
-        _tell(request, messages.ERROR, "Choose how long to silence it for.")
+        _tell(request, messages.ERROR, gettext("Choose how long to silence it for."))
         return _back(request, incident_id)
     ends = incident_actions.silence_incident(
         incident_id, request.user, form.duration_delta(), form.cleaned_data["reason"]
@@ -101,8 +106,11 @@ def silence(request: HttpRequest, incident_id: int) -> HttpResponse:
     _tell(
         request,
         messages.SUCCESS,
-        f"Silenced until {timezone.localtime(ends):%Y-%m-%d %H:%M %Z}: no mail about it, "
-        "nor about new incidents of the same kind and object, until then.",
+        gettext(
+            "Silenced until %(until)s: no mail about it, nor about new incidents of the same "
+            "kind and object, until then."
+        )
+        % {"until": f"{timezone.localtime(ends):%Y-%m-%d %H:%M %Z}"},
     )
     return _back(request, incident_id)
 
@@ -111,7 +119,7 @@ def silence(request: HttpRequest, incident_id: int) -> HttpResponse:
 def unsilence(request: HttpRequest, incident_id: int) -> HttpResponse:
     _require_incident(incident_id)
     if incident_actions.end_silence(incident_id, request.user):
-        _tell(request, messages.SUCCESS, "Silence ended: mail about it resumes.")
+        _tell(request, messages.SUCCESS, gettext("Silence ended: mail about it resumes."))
     return _back(request, incident_id)
 
 
@@ -126,7 +134,7 @@ def subscription(request: HttpRequest) -> HttpResponse:
                 min_severity=Severity(form.cleaned_data["min_severity"]),
                 email=form.cleaned_data["email"],
             )
-            messages.success(request, "Your alert e-mail settings are saved.")
+            messages.success(request, gettext("Your alert e-mail settings are saved."))
             response = HttpResponseRedirect(reverse("alerts:subscription"))
             response.status_code = 303
             return response

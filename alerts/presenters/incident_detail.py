@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext
 
 from alerts.models import (
     DeliveryState,
@@ -15,6 +15,7 @@ from alerts.models import (
     IncidentEvent,
     IncidentState,
     Notification,
+    NotificationKind,
     Rule,
 )
 from alerts.presenters.incident_list import IncidentRow, incident_row
@@ -92,7 +93,7 @@ def notification_row(notification: Notification, now: datetime) -> NotificationR
         subject=notification.subject,
         recipients=list(notification.recipients),
         state=notification.state,
-        state_label=notification.get_state_display(),
+        state_label=str(notification.get_state_display()),
         attempts=notification.attempts,
         last_error=notification.last_error,
         created=created,
@@ -101,16 +102,26 @@ def notification_row(notification: Notification, now: datetime) -> NotificationR
     )
 
 
-def _fact_rows(details: dict[str, Any], now: datetime) -> list[FactRow]:
+def _fact_rows(facts: list[dict[str, str]], now: datetime) -> list[FactRow]:
     rows = []
-    for item in details.get("facts", []):
-        if not isinstance(item, dict):
-            continue
-        at = parse_datetime(str(item["at"])) if item.get("at") else None
-        label, text = str(item.get("label", "")), str(item.get("text", ""))
-        token = str(item.get("token", ""))
-        rows.append(FactRow(label=label, text=text, at=when(at, now), token=token))
+    for item in facts:
+        at = parse_datetime(item["at"]) if item.get("at") else None
+        rows.append(
+            FactRow(
+                label=item["label"],
+                text=item["text"],
+                at=when(at, now),
+                token=item.get("token", ""),
+            )
+        )
     return rows
+
+
+def _kind_label(kind: str) -> str:
+    try:
+        return str(NotificationKind(kind).label)
+    except ValueError:
+        return kind
 
 
 def incident_detail(incident_id: int, now: datetime) -> IncidentDetail | None:
@@ -136,8 +147,8 @@ def incident_detail(incident_id: int, now: datetime) -> IncidentDetail | None:
             TimelineEntry(
                 at=at,
                 kind=event.kind,
-                label=event.get_kind_display(),
-                text=event.text,
+                label=str(event.get_kind_display()),
+                text=event.display_text,
                 user=event.user.get_username() if event.user else "",
             )
         )
@@ -145,7 +156,8 @@ def incident_detail(incident_id: int, now: datetime) -> IncidentDetail | None:
         TimelineEntry(
             at=notification.created,
             kind="notification",
-            label=f"{notification.kind} mail #{notification.id}",
+            label=gettext("%(kind)s mail #%(id)s")
+            % {"kind": _kind_label(notification.kind), "id": notification.id},
             text=notification.subject,
             user="",
             notification=notification,
@@ -154,21 +166,20 @@ def incident_detail(incident_id: int, now: datetime) -> IncidentDetail | None:
     ]
     timeline.sort(key=lambda entry: entry.at.iso)
     details = incident.details or {}
-    items = [str(item) for item in details.get("items", [])]
-    total = int(details.get("items_total", len(items)) or 0)
-    shown = items[:ITEMS_ON_PAGE]
+    shown = incident.display_items(ITEMS_ON_PAGE)
+    total = int(details.get("items_total", len(details.get("items", []))) or 0)
     return IncidentDetail(
         row=row,
         is_open=incident.state == IncidentState.FIRING,
-        rule_summary=RULE_SPECS[Rule(incident.rule)].summary,
-        facts=_fact_rows(details, now),
-        items_label=str(details.get("items_label", "")),
+        rule_summary=str(RULE_SPECS[Rule(incident.rule)].summary),
+        facts=_fact_rows(incident.display_facts(), now),
+        items_label=incident.display_items_label,
         items=shown,
         items_total=total,
         items_more=max(total - len(shown), 0),
         link=incident.link,
         silence=SilenceInfo(
-            by=silence.created_by.get_username() if silence.created_by else "someone",
+            by=silence.created_by.get_username() if silence.created_by else gettext("someone"),
             until=when(silence.ends_at, now),  # type: ignore[arg-type]
             reason=silence.reason,
         )

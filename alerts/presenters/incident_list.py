@@ -34,6 +34,7 @@ class IncidentRow:
     rule: str
     rule_label: str
     severity: str
+    severity_label: str
     state: str
     cluster: str
     title: str
@@ -78,21 +79,23 @@ def incident_row(incident: Incident, now: datetime, silence: Silence | None) -> 
         url=incident.get_absolute_url(),
         key=incident.key,
         rule=incident.rule,
-        rule_label=incident.get_rule_display(),
+        rule_label=str(incident.get_rule_display()),
         severity=incident.severity,
+        severity_label=str(incident.get_severity_display()),
         state=incident.state,
         cluster=incident.cluster,
-        title=incident.title,
+        # In the reader's language; the English as written for rows without message ids.
+        title=incident.display_title,
         since=since,
         opened=when(incident.opened_at, now),
         last_seen=last_seen,
         resolved=when(incident.resolved_at, now),
         duration=format_duration(incident.duration(now).total_seconds()),
-        resolution=incident.resolution,
+        resolution=incident.display_resolution,
         acknowledged_by=incident.acknowledged_by.get_username() if incident.acknowledged_by else "",
         acknowledged=when(incident.acknowledged_at, now),
         silenced_until=when(silence.ends_at, now) if silence else None,
-        hold=incident.get_hold_display() if incident.hold else "",
+        hold=str(incident.get_hold_display()) if incident.hold else "",
     )
 
 
@@ -132,5 +135,5 @@ def incident_tables(filters: IncidentFilters, now: datetime) -> IncidentTables:
         server_now=iso_js(now),
         show_open=show_open,
         show_resolved=show_resolved,
-        rules=[(rule.value, rule.label) for rule in RULE_SPECS],
+        rules=[(rule.value, str(rule.label)) for rule in RULE_SPECS],
     )
