@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from django.conf import settings
+from django.utils.translation import gettext
 
 from dashboard.encryption import secret_problem
 from nks import client as nks
@@ -28,7 +29,8 @@ def client_for(account: NksAccount) -> nks.NksClient:
     problem = secret_problem(account.password) or secret_problem(account.token)
     if problem is not None:
         raise nks.NksError(
-            f"The account's stored credentials cannot be read: {problem}",
+            gettext("The account's stored credentials cannot be read: %(problem)s")
+            % {"problem": problem},
             retryable=False,
             status=None,
             kind=nks.ErrorKind.CLIENT,

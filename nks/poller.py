@@ -21,6 +21,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from dashboard.locks import ExpiringLock
 from nks import client as nks
@@ -88,7 +89,7 @@ def poll_account(account_id: int) -> PollResult:
         except ValueError as problem:
             # Credentials edited into an unusable state: say so on the account, every poll.
             error = nks.NksError(
-                f"The account cannot be used: {problem}.",
+                gettext("The account cannot be used: %(problem)s.") % {"problem": problem},
                 retryable=False,
                 status=None,
                 kind=nks.ErrorKind.CLIENT,

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from django.utils.translation import gettext
 
 from nks.client.types import (
     AutoscaleSettings,
@@ -154,13 +155,15 @@ def parse_health(health_status: Any, reason: Any) -> HealthReport:
         if isinstance(decoded, dict):
             reason = decoded
         else:
-            problem = "health_status_reason is a string that is not a JSON object"
+            problem = gettext("health_status_reason is a string that is not a JSON object")
             reason = {}
     elif reason is None:
-        problem = "health_status_reason is missing"
+        problem = gettext("health_status_reason is missing")
         reason = {}
     elif not isinstance(reason, Mapping):
-        problem = f"health_status_reason is a {type(reason).__name__}, not an object"
+        problem = gettext("health_status_reason is a %(type)s, not an object") % {
+            "type": type(reason).__name__
+        }
         reason = {}
 
     flat = _flatten(reason)
