@@ -9,6 +9,8 @@ from django import forms
 from django.core.validators import MaxLengthValidator
 from django.http import QueryDict
 from django.utils.choices import CallableChoiceIterator
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from dashboard.natural import natural_key
 from leases.cursors import (
@@ -24,14 +26,14 @@ from leases.queries import LeaseFilters
 
 # Strict on purpose: a script that sends `deleted=yes` should hear it was not understood
 # rather than silently get the default.
-YES_NO = [("", "default"), ("true", "yes"), ("false", "no")]
+YES_NO = [("", _("default")), ("true", _("yes")), ("false", _("no"))]
 
 
 def cluster_choices() -> list[tuple[str, str]]:
     """Every cluster by name, in natural order (prod-2 before prod-10). Called when the
     filter bar is drawn, never for the API."""
     names = sorted(KubeCluster.objects.values_list("name", flat=True), key=natural_key)
-    return [("", "any cluster"), *((name, name) for name in names)]
+    return [("", gettext("any cluster")), *((name, name) for name in names)]
 
 
 class LeaseFilterForm(forms.Form):
@@ -45,16 +47,21 @@ class LeaseFilterForm(forms.Form):
     # A length validator, not max_length, which would also write maxlength= on the <select>.
     cluster = forms.CharField(
         required=False,
+        label=_("Cluster"),
         validators=[MaxLengthValidator(63)],
         widget=forms.Select(choices=CallableChoiceIterator(cluster_choices)),
     )
     namespace = forms.CharField(required=False, max_length=253)
     lease_class = forms.ChoiceField(
-        required=False, label="Class", choices=[("", "any class"), *LeaseClass.choices]
+        required=False, label=_("Class"), choices=[("", _("any class")), *LeaseClass.choices]
     )
-    state = forms.ChoiceField(required=False, choices=[("", "any state"), *LeaseState.choices])
+    state = forms.ChoiceField(
+        required=False, label=_("State"), choices=[("", _("any state")), *LeaseState.choices]
+    )
     library = forms.ChoiceField(
-        required=False, choices=[("", "any library"), *LeaseLibrary.choices]
+        required=False,
+        label=_("Library"),
+        choices=[("", _("any library")), *LeaseLibrary.choices],
     )
     q = forms.CharField(required=False, max_length=253)
     flapping = forms.ChoiceField(required=False, choices=YES_NO)
@@ -75,14 +82,17 @@ class LeaseFilterForm(forms.Form):
         cleaned = super().clean()
         after, before = cleaned.get("after"), cleaned.get("before")
         if after and before:
-            raise forms.ValidationError("Give either `after` or `before`, not both.")
+            raise forms.ValidationError(gettext("Give either `after` or `before`, not both."))
         token = after or before
         if token and "sort" not in self.errors:
             sort = SORT_KEYS[(cleaned.get("sort") or self.default_sort).removeprefix("-")]
             try:
                 values = decode_cursor(token, sort)
             except CursorError as exc:
-                self.add_error("after" if after else "before", f"This page link is invalid: {exc}")
+                self.add_error(
+                    "after" if after else "before",
+                    gettext("This page link is invalid: %(reason)s") % {"reason": exc},
+                )
             else:
                 cleaned["cursor"] = Cursor("after" if after else "before", values)
         return cleaned

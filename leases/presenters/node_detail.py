@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.urls import reverse
+from django.utils.translation import gettext
 
 from dashboard.links import lease_url
 from dashboard.timefmt import When, iso_js, relative_text, when
@@ -34,13 +35,22 @@ HISTORY_LIMIT = 200
 def node_watch_problem(kube_cluster: KubeCluster, now: datetime) -> str:
     """Why the cluster's Node rows may not be current, in words; "" when they are."""
     if not kube_cluster.enabled:
-        return f"The Lease source {kube_cluster.name} is disabled: its Nodes are not watched."
+        return gettext("The Lease source %(name)s is disabled: its Nodes are not watched.") % {
+            "name": kube_cluster.name
+        }
     if kube_cluster.is_stale(now):
-        return f"The watcher of {kube_cluster.name} is not writing: its Node data may be old."
+        return gettext("The watcher of %(name)s is not writing: its Node data may be old.") % {
+            "name": kube_cluster.name
+        }
     if kube_cluster.nodes_watch != ResourceWatchState.WATCHING:
-        label = ResourceWatchState(kube_cluster.nodes_watch).label
-        error = f" ({kube_cluster.nodes_last_error})" if kube_cluster.nodes_last_error else ""
-        return f"The Node watch of {kube_cluster.name} is {label}{error}."
+        values = {
+            "name": kube_cluster.name,
+            "state": ResourceWatchState(kube_cluster.nodes_watch).label,
+            "error": kube_cluster.nodes_last_error,
+        }
+        if kube_cluster.nodes_last_error:
+            return gettext("The Node watch of %(name)s is %(state)s (%(error)s).") % values
+        return gettext("The Node watch of %(name)s is %(state)s.") % values
     return ""
 
 

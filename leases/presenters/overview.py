@@ -9,6 +9,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django.utils.translation import ngettext
+
 from dashboard.flapping import flap_policy
 from dashboard.links import lease_url
 from dashboard.timefmt import When, format_duration, iso_js, when
@@ -352,7 +354,12 @@ def leases_overview(now: datetime) -> LeasesOverview:
             prefix,
             status.name,
             detail={
-                row["id"]: f"{flap_rows[row['id']]} changes in {window}" for row in flapping_rows
+                row["id"]: ngettext(
+                    "%(changes)d change in %(window)s", "%(changes)d changes in %(window)s", changes
+                )
+                % {"changes": changes, "window": window}
+                for row in flapping_rows
+                for changes in (flap_rows[row["id"]],)
             },
         )
         overviews.append(

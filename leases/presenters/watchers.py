@@ -11,15 +11,17 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Field
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from dashboard.natural import natural_key
 from dashboard.timefmt import When, format_duration, when
 from leases.models import KubeCluster, Node, ResourceWatchState
 
-NODES_FORBIDDEN = (
+NODES_FORBIDDEN = _(
     "forbidden: the dashboard's ServiceAccount may not list nodes; grant get/list/watch on nodes"
 )
-NODES_NOT_SERVED = "not served: this API server answers 404 for v1 Nodes"
+NODES_NOT_SERVED = _("not served: this API server answers 404 for v1 Nodes")
 
 
 @dataclass(slots=True)
@@ -87,24 +89,27 @@ class ClusterStatus:
 def _cluster_problem(cluster: KubeCluster, stale: bool, now: datetime) -> str:
     """Why this cluster's data must not be taken as current, in words; "" when it is fresh."""
     if not cluster.enabled:
-        return (
-            f"Cluster {cluster.name} is disabled: its leases are not watched, so what is shown "
+        return gettext(
+            "Cluster %(name)s is disabled: its leases are not watched, so what is shown "
             "is as it was when watching stopped."
-        )
+        ) % {"name": cluster.name}
     if not stale:
         return ""
-    error = cluster.last_error or "no error was recorded"
+    # The error is the API server's or the client's own text: shown as written.
+    error = cluster.last_error or gettext("no error was recorded")
     if not has_data(cluster):
-        return f"No data from cluster {cluster.name} yet — its watcher has not connected: {error}"
+        return gettext(
+            "No data from cluster %(name)s yet — its watcher has not connected: %(error)s"
+        ) % {"name": cluster.name, "error": error}
     age = format_duration((now - cluster.last_flush_at).total_seconds())
     if not cluster.connected:
-        return (
-            f"Data from cluster {cluster.name} is {age} old — its watcher is not connected: {error}"
-        )
-    return (
-        f"Data from cluster {cluster.name} is {age} old — its watcher is connected but has "
-        f"written nothing since: {error}"
-    )
+        return gettext(
+            "Data from cluster %(name)s is %(age)s old — its watcher is not connected: %(error)s"
+        ) % {"name": cluster.name, "age": age, "error": error}
+    return gettext(
+        "Data from cluster %(name)s is %(age)s old — its watcher is connected but has "
+        "written nothing since: %(error)s"
+    ) % {"name": cluster.name, "age": age, "error": error}
 
 
 def has_data(cluster: KubeCluster) -> bool:
@@ -116,15 +121,15 @@ def has_data(cluster: KubeCluster) -> bool:
 def candidates_text(cluster: KubeCluster) -> str:
     """Where LeaseCandidates come from, or why there are none, in words."""
     if cluster.candidates_problem == "forbidden":
-        return (
+        return gettext(
             "forbidden: the dashboard's credentials may not list leasecandidates; grant get, "
             "list and watch on leasecandidates in coordination.k8s.io"
         )
     if cluster.candidates_api:
         return cluster.candidates_api
     if cluster.candidates_problem == "not_served":
-        return "not served by this API server"
-    return "not read yet"
+        return gettext("not served by this API server")
+    return gettext("not read yet")
 
 
 def node_watch_status(cluster: KubeCluster, lease_stale: bool, now: datetime) -> NodeWatchStatus:
@@ -133,26 +138,28 @@ def node_watch_status(cluster: KubeCluster, lease_stale: bool, now: datetime) ->
     state = ResourceWatchState(cluster.nodes_watch or ResourceWatchState.NOT_STARTED)
     live = state == ResourceWatchState.WATCHING and not lease_stale and cluster.enabled
     if cluster.nodes_last_list_at is None:
-        freshness = "no data yet"
+        freshness = gettext("no data yet")
     elif live:
-        freshness = "live"
+        freshness = gettext("live")
     else:
         # Since the trouble began (the first failure), or since the watcher was last alive.
         since = cluster.nodes_last_error_at or cluster.last_flush_at or cluster.nodes_last_list_at
-        freshness = f"data {format_duration(max(0.0, (now - since).total_seconds()))} old"
+        freshness = gettext("data %(age)s old") % {
+            "age": format_duration(max(0.0, (now - since).total_seconds()))
+        }
     problem = ""
     if state == ResourceWatchState.FORBIDDEN:
-        problem = NODES_FORBIDDEN
+        problem = str(NODES_FORBIDDEN)
     elif state == ResourceWatchState.NOT_SERVED:
-        problem = NODES_NOT_SERVED
+        problem = str(NODES_NOT_SERVED)
     elif state in (ResourceWatchState.ERROR, ResourceWatchState.RECONNECTING):
         problem = cluster.nodes_last_error
     elif state == ResourceWatchState.WATCHING and lease_stale and cluster.enabled:
-        problem = "the cluster's watcher has gone quiet: Nodes are as last seen"
+        problem = gettext("the cluster's watcher has gone quiet: Nodes are as last seen")
     return NodeWatchStatus(
         cluster_id=cluster.pk,
         state=state.value,
-        state_label=state.label,
+        state_label=str(state.label),
         problem=problem,
         last_event=when(cluster.nodes_last_event_at, now),
         last_list=when(cluster.nodes_last_list_at, now),
@@ -172,7 +179,7 @@ def cluster_status(cluster: KubeCluster, now: datetime) -> ClusterStatus:
         id=cluster.pk,
         name=cluster.name,
         enabled=cluster.enabled,
-        source=cluster.get_source_display(),
+        source=str(cluster.get_source_display()),
         connected=cluster.connected,
         stale=stale,
         connected_since=when(cluster.connected_since, now),
@@ -191,7 +198,7 @@ def cluster_status(cluster: KubeCluster, now: datetime) -> ClusterStatus:
         data_age=(
             format_duration((now - cluster.last_flush_at).total_seconds())
             if has_data(cluster) and cluster.last_flush_at is not None
-            else "no data yet"
+            else gettext("no data yet")
         ),
         has_data=has_data(cluster),
         candidates=candidates_text(cluster),
