@@ -1,7 +1,8 @@
 """Celery tasks for alerts: a few lines each, taking ids and calling a service.
 
 All three are harmless to run twice: evaluation takes a lock and the database allows one
-unresolved incident per key; sending claims its row with a conditional update first.
+unresolved incident per key; sending (a mail or a channel message alike) claims its row with
+a conditional update first, so a channel's storm folded by one task is skipped by the others.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ def evaluate_alerts() -> None:
 
 @shared_task(ignore_result=True)
 def send_notification(notification_id: int) -> None:
+    """Send one outbox row: an e-mail, or a Dooray!/Slack/webhook message."""
     delivery.deliver_notification(notification_id)
 
 
