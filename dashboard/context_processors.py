@@ -6,6 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 
 from dashboard.preferences import NO_PREFERENCE
@@ -19,12 +20,17 @@ NAVIGATION = (
 )
 
 
+def _time_words_json() -> str:
+    return json.dumps(js_time_words(), ensure_ascii=False)
+
+
 def page_refresh(request: HttpRequest) -> dict[str, Any]:
     """Seconds between htmx refreshes of live regions: one pace for every page; and the
     active language's words for the ages dashboard.js ticks between refreshes."""
     return {
         "refresh_seconds": settings.PAGE_REFRESH_SECONDS,
-        "time_words_json": json.dumps(js_time_words(), ensure_ascii=False),
+        # Lazy: only base.html's <body> uses it, and most renders are htmx regions without it.
+        "time_words_json": lazy(_time_words_json, str)(),
     }
 
 
