@@ -137,7 +137,7 @@ def test_the_resize_audit_is_korean(operator_client: Client, group: NksNodegroup
     assert "요청 1건." in shown
     assert 'data-resize-state="failed">실패</span>' in text
     assert "모든 클러스터" in shown and "모든 결과" in shown, "the filters' choices"
-    assert "(양식)" in shown, "the request's source"
+    assert "(웹 양식)" in shown, "the request's source"
     assert_names_escaped(text, HOSTILE_CLUSTER, HOSTILE_GROUP, "<u>mallory</u>")
     assert "Resize audit" not in shown and "request." not in shown
 
