@@ -11,6 +11,7 @@ from datetime import timedelta
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from alerts.events import clip, incident_event
 from alerts.models import (
@@ -21,7 +22,7 @@ from alerts.models import (
     Severity,
     Silence,
 )
-from dashboard.timefmt import format_duration, mail_moment_text
+from dashboard.timefmt import mail_moment_text
 
 
 @transaction.atomic
@@ -32,7 +33,7 @@ def acknowledge_incident(incident_id: int, user: AbstractBaseUser) -> bool:
         user,
         acknowledge=True,
         kind=IncidentEvent.Kind.ACKNOWLEDGED,
-        text=f"acknowledged by {user.get_username()}: no more reminders",
+        text=gettext_noop("acknowledged by %(who)s: no more reminders"),
     )
 
 
@@ -44,7 +45,7 @@ def unacknowledge_incident(incident_id: int, user: AbstractBaseUser) -> bool:
         user,
         acknowledge=False,
         kind=IncidentEvent.Kind.UNACKNOWLEDGED,
-        text=f"{user.get_username()} withdrew the acknowledgement: reminders resume",
+        text=gettext_noop("%(who)s withdrew the acknowledgement: reminders resume"),
     )
 
 
@@ -62,7 +63,7 @@ def _set_acknowledgement(
     )
     if done:
         incident = Incident.objects.get(pk=incident_id)
-        incident_event(incident, kind, text, now, user).save()
+        incident_event(incident, kind, text, now, user, args={"who": user.get_username()}).save()
     return bool(done)
 
 
@@ -85,11 +86,17 @@ def silence_incident(
         created_by=user,
         created_at=now,
     )
-    text = f"silenced by {user.get_username()} for {format_duration(duration.total_seconds())}"
-    text += f" (until {mail_moment_text(silence.ends_at)})"
+    args: dict[str, object] = {
+        "who": user.get_username(),
+        "duration": duration,
+        "until": mail_moment_text(silence.ends_at),
+    }
     if silence.reason:
-        text += f": {silence.reason}"
-    incident_event(incident, IncidentEvent.Kind.SILENCED, text, now, user).save()
+        text = gettext_noop("silenced by %(who)s for %(duration)s (until %(until)s): %(reason)s")
+        args["reason"] = silence.reason
+    else:
+        text = gettext_noop("silenced by %(who)s for %(duration)s (until %(until)s)")
+    incident_event(incident, IncidentEvent.Kind.SILENCED, text, now, user, args=args).save()
     return silence
 
 
@@ -102,9 +109,10 @@ def end_silence(incident_id: int, user: AbstractBaseUser) -> bool:
         incident_event(
             incident,
             IncidentEvent.Kind.UNSILENCED,
-            f"{user.get_username()} ended the silence: mail resumes",
+            gettext_noop("%(who)s ended the silence: mail resumes"),
             now,
             user,
+            args={"who": user.get_username()},
         ).save()
     return bool(ended)
 
