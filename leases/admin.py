@@ -5,6 +5,8 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from leases import kube
 from leases.models import KubeCluster, LeaderGroup, Lease, LeaseCandidate, LeaseTransition
@@ -16,8 +18,10 @@ class KubeClusterForm(forms.ModelForm):
     kubeconfig = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 8, "autocomplete": "off", "spellcheck": "false"}),
-        help_text="Paste a kubeconfig to set or replace it. It is stored as a secret and never "
-        "shown again; leave empty to keep the current one.",
+        help_text=_(
+            "Paste a kubeconfig to set or replace it. It is stored as a secret and never "
+            "shown again; leave empty to keep the current one."
+        ),
     )
 
     class Meta:
@@ -37,7 +41,7 @@ class KubeClusterForm(forms.ModelForm):
         if source == KubeCluster.Source.KUBECONFIG:
             stored = self.instance.kubeconfig if self.instance.pk else ""
             if not text and not stored:
-                self.add_error("kubeconfig", "A kubeconfig is required for this source.")
+                self.add_error("kubeconfig", gettext("A kubeconfig is required for this source."))
             elif text:
                 try:
                     self.config_warnings = kube.parse_kubeconfig(text, context).warnings

@@ -10,6 +10,7 @@ import uuid
 
 from django.core.cache import caches
 from django.db import transaction
+from django.utils.translation import gettext
 
 from leases import kube
 from leases.locks import LOCK_TTL_SECONDS, watcher_lock
@@ -43,7 +44,9 @@ def register_kube_cluster(
     goes to another host); what it warns about is kept on the row for the watchers page.
     """
     if in_cluster == bool(kubeconfig):
-        raise ClusterConfigError("Give either a kubeconfig or in-cluster, not both or neither.")
+        raise ClusterConfigError(
+            gettext("Give either a kubeconfig or in-cluster, not both or neither.")
+        )
     warnings: tuple[str, ...] = ()
     if not in_cluster:
         try:
@@ -52,7 +55,10 @@ def register_kube_cluster(
             raise ClusterConfigError(error.message) from None
     existing = KubeCluster.objects.select_for_update().filter(name=name).first()
     if existing is not None and not replace:
-        raise ClusterConfigError(f"A cluster named {name!r} exists already (use --replace).")
+        raise ClusterConfigError(
+            gettext("A cluster named %(name)s exists already (use --replace).")
+            % {"name": repr(name)}
+        )
     cluster = existing or KubeCluster(name=name)
     cluster.source = KubeCluster.Source.IN_CLUSTER if in_cluster else KubeCluster.Source.KUBECONFIG
     cluster.kubeconfig = "" if in_cluster else kubeconfig

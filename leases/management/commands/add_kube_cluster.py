@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
 
 from leases.services import ClusterConfigError, register_kube_cluster
 
@@ -37,7 +38,10 @@ class Command(BaseCommand):
             try:
                 kubeconfig = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
-                raise CommandError(f"Cannot read the kubeconfig {str(path)!r}: {exc}") from None
+                raise CommandError(
+                    _("Cannot read the kubeconfig %(path)s: %(error)s")
+                    % {"path": repr(str(path)), "error": exc}
+                ) from None
         try:
             cluster, created = register_kube_cluster(
                 name,
@@ -48,10 +52,11 @@ class Command(BaseCommand):
             )
         except ClusterConfigError as error:
             raise CommandError(str(error)) from None
-        verb = "Added" if created else "Updated"
-        self.stdout.write(
-            f"{verb} cluster {cluster.name!r}; a watch worker picks it up within seconds."
-        )
+        if created:
+            done = _("Added cluster %(name)s; a watch worker picks it up within seconds.")
+        else:
+            done = _("Updated cluster %(name)s; a watch worker picks it up within seconds.")
+        self.stdout.write(done % {"name": repr(cluster.name)})
         if cluster.config_warning:
             # Accepted, but someone should fix it; the watchers page keeps saying so.
-            self.stderr.write(f"Warning: {cluster.config_warning}")
+            self.stderr.write(_("Warning: %(warning)s") % {"warning": cluster.config_warning})

@@ -7,6 +7,7 @@ from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
 
 from leases.models import KubeCluster
 from leases.services import run_watcher
@@ -37,10 +38,12 @@ class Command(BaseCommand):
         if options["cluster"]:
             clusters = KubeCluster.objects.filter(name=options["cluster"])
             if not clusters.exists():
-                raise CommandError(f"No cluster named {options['cluster']!r}.")
+                raise CommandError(
+                    _("No cluster named %(name)s.") % {"name": repr(options["cluster"])}
+                )
         ids = list(clusters.values_list("id", flat=True))
         if not ids:
-            raise CommandError("No enabled cluster. Add one with add_kube_cluster.")
+            raise CommandError(_("No enabled cluster. Add one with add_kube_cluster."))
         stop = threading.Event()
         busy: list[int] = []
 
@@ -61,7 +64,7 @@ class Command(BaseCommand):
             # A second Ctrl-C (the handler gives SIGINT back to Python after the first):
             # still wait, so the locks are released, but say why it takes a moment.
             stop.set()
-            self.stderr.write("Stopping: releasing the watchers' locks…")
+            self.stderr.write(_("Stopping: releasing the watchers' locks…"))
             for thread in threads:
                 thread.join()
         finally:
@@ -71,7 +74,9 @@ class Command(BaseCommand):
             names = ", ".join(
                 KubeCluster.objects.filter(id__in=busy).values_list("name", flat=True)
             )
-            raise CommandError(f"Already watched by a worker: {names}. Stop it first.")
+            raise CommandError(
+                _("Already watched by a worker: %(names)s. Stop it first.") % {"names": names}
+            )
 
 
 def _stop_on_signals(stop: threading.Event) -> dict[int, Any]:
