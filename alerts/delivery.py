@@ -253,7 +253,9 @@ def _summary(
 ) -> dict[str, Any]:
     parts: list[tuple[str, Incident]] = []
     for row in [notification, *folded]:
-        parts += [(row.kind, incident) for incident in row.incidents.order_by("since", "id")]
+        # .all() uses the folded rows' prefetched incidents (one query for a whole storm).
+        members = sorted(row.incidents.all(), key=lambda incident: (incident.since, incident.pk))
+        parts += [(row.kind, incident) for incident in members]
     with rendering_for(channel):
         return payloads.summary(channel.kind, parts, 1 + len(folded), now)
 

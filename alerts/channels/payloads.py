@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext, ngettext
 
@@ -255,8 +255,6 @@ def webhook(kind: str, incidents: Sequence[Incident], now: datetime) -> dict[str
 
 
 def _language() -> str:
-    from django.utils import translation
-
     return translation.get_language() or settings.LANGUAGE_CODE
 
 
