@@ -17,6 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 
 class KubeconfigRefused(ValueError):
@@ -47,51 +49,61 @@ CLUSTER_FIELDS = (
 USER_FIELDS = ("token", "client-certificate-data", "client-key-data", "extensions")
 CONTEXT_FIELDS = ("cluster", "user", "namespace", "extensions")
 
-_USE_STATIC_CREDENTIALS = (
+# Lazy: read in the language of whoever is told (an admin's form, a command's shell).
+_USE_STATIC_CREDENTIALS = _(
     "Use a static `token` (for example a ServiceAccount token, see the README) or "
     "client-certificate-data + client-key-data instead."
 )
-_USE_OWN_SERVICE_ACCOUNT = (
+_USE_OWN_SERVICE_ACCOUNT = _(
     "Give the dashboard its own ServiceAccount that may only read Leases (see the README) "
     "and use its token instead."
 )
+_RUNS_ON_WORKERS = _("names a file on the dashboard's workers")
+_BASIC_AUTH = _("is basic authentication")
+_IMPERSONATES = _("impersonates another identity")
 # Known fields that are refused: (what the SDK would do with it, what to use instead).
 _REFUSED_USER_FIELDS: dict[str, tuple[str, str]] = {
-    "exec": ("runs a program on the dashboard's workers", _USE_STATIC_CREDENTIALS),
+    "exec": (_("runs a program on the dashboard's workers"), _USE_STATIC_CREDENTIALS),
     "auth-provider": (
-        "runs a login plugin on the dashboard's workers (it may run a program, read the "
-        "workers' own cloud credentials or fetch tokens from another host)",
+        _(
+            "runs a login plugin on the dashboard's workers (it may run a program, read the "
+            "workers' own cloud credentials or fetch tokens from another host)"
+        ),
         _USE_STATIC_CREDENTIALS,
     ),
     "tokenFile": (
-        "reads a file on the dashboard's workers",
-        "Put the token itself in `token` instead.",
+        _("reads a file on the dashboard's workers"),
+        _("Put the token itself in `token` instead."),
     ),
     "client-certificate": (
-        "names a file on the dashboard's workers",
-        "Put the certificate itself, base64-encoded, in client-certificate-data instead.",
+        _RUNS_ON_WORKERS,
+        _("Put the certificate itself, base64-encoded, in client-certificate-data instead."),
     ),
     "client-key": (
-        "names a file on the dashboard's workers",
-        "Put the key itself, base64-encoded, in client-key-data instead.",
+        _RUNS_ON_WORKERS,
+        _("Put the key itself, base64-encoded, in client-key-data instead."),
     ),
-    "username": ("is basic authentication", _USE_STATIC_CREDENTIALS),
-    "password": ("is basic authentication", _USE_STATIC_CREDENTIALS),
-    "as": ("impersonates another identity", _USE_OWN_SERVICE_ACCOUNT),
-    "as-uid": ("impersonates another identity", _USE_OWN_SERVICE_ACCOUNT),
-    "as-groups": ("impersonates other groups", _USE_OWN_SERVICE_ACCOUNT),
-    "as-user-extra": ("impersonates another identity", _USE_OWN_SERVICE_ACCOUNT),
+    "username": (_BASIC_AUTH, _USE_STATIC_CREDENTIALS),
+    "password": (_BASIC_AUTH, _USE_STATIC_CREDENTIALS),
+    "as": (_IMPERSONATES, _USE_OWN_SERVICE_ACCOUNT),
+    "as-uid": (_IMPERSONATES, _USE_OWN_SERVICE_ACCOUNT),
+    "as-groups": (_("impersonates other groups"), _USE_OWN_SERVICE_ACCOUNT),
+    "as-user-extra": (_IMPERSONATES, _USE_OWN_SERVICE_ACCOUNT),
 }
 _REFUSED_CLUSTER_FIELDS: dict[str, tuple[str, str]] = {
     "certificate-authority": (
-        "names a file on the dashboard's workers",
-        "Put the CA certificate itself, base64-encoded, in certificate-authority-data instead.",
+        _RUNS_ON_WORKERS,
+        _("Put the CA certificate itself, base64-encoded, in certificate-authority-data instead."),
     ),
     "proxy-url": (
-        "sends the traffic, credentials included, through a host that is not the server the "
-        "kubeconfig names",
-        "Remove it; if the workers need a proxy, the operator sets HTTPS_PROXY in their "
-        "environment.",
+        _(
+            "sends the traffic, credentials included, through a host that is not the server "
+            "the kubeconfig names"
+        ),
+        _(
+            "Remove it; if the workers need a proxy, the operator sets HTTPS_PROXY in their "
+            "environment."
+        ),
     ),
 }
 # A hostname as TLS knows it (SNI): dot-separated labels, no leading or trailing dot.
@@ -110,18 +122,28 @@ def parse_kubeconfig(text: str, context: str = "") -> CheckedKubeconfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise KubeconfigRefused(f"The kubeconfig is not valid YAML{where}.") from None
+        if mark is not None:
+            message = gettext("The kubeconfig is not valid YAML (line %(line)s).") % {
+                "line": mark.line + 1
+            }
+        else:
+            message = gettext("The kubeconfig is not valid YAML.")
+        raise KubeconfigRefused(message) from None
     if not isinstance(data, dict) or not isinstance(data.get("contexts"), list):
-        raise KubeconfigRefused("The kubeconfig has no contexts: is this a kubeconfig file?")
+        raise KubeconfigRefused(
+            gettext("The kubeconfig has no contexts: is this a kubeconfig file?")
+        )
     names = [entry.get("name") for entry in data["contexts"] if isinstance(entry, dict)]
     wanted = context or data.get("current-context") or ""
     if not wanted:
-        raise KubeconfigRefused("The kubeconfig has no current-context; name one with --context.")
-    if wanted not in names:
-        listed = ", ".join(str(name) for name in names) or "none"
         raise KubeconfigRefused(
-            f"Context {wanted!r} is not in the kubeconfig (contexts: {listed})."
+            gettext("The kubeconfig has no current-context; name one with --context.")
+        )
+    if wanted not in names:
+        listed = ", ".join(str(name) for name in names) or gettext("none")
+        raise KubeconfigRefused(
+            gettext("Context %(context)s is not in the kubeconfig (contexts: %(listed)s).")
+            % {"context": repr(wanted), "listed": listed}
         )
     warnings = check_kubeconfig_safety(data, wanted)
     return CheckedKubeconfig(data=data, warnings=tuple(warnings))
@@ -154,14 +176,21 @@ def check_kubeconfig_safety(data: dict[str, Any], context: str) -> list[str]:
     warnings = []
     if cluster.get("insecure-skip-tls-verify") is True:
         warnings.append(
-            f"{where}.insecure-skip-tls-verify is true: the API server's certificate is not "
-            "checked, so anyone on the network path can read the credentials and forge what "
-            "the dashboard sees. Put the cluster's CA in certificate-authority-data instead."
+            gettext(
+                "%(where)s.insecure-skip-tls-verify is true: the API server's certificate is "
+                "not checked, so anyone on the network path can read the credentials and forge "
+                "what the dashboard sees. Put the cluster's CA in certificate-authority-data "
+                "instead."
+            )
+            % {"where": where}
         )
     if urlsplit(str(cluster.get("server", ""))).scheme == "http" and user.get("token"):
         warnings.append(
-            f"{where}.server is plain http: the token travels unencrypted. Use the https "
-            "address with certificate-authority-data."
+            gettext(
+                "%(where)s.server is plain http: the token travels unencrypted. Use the https "
+                "address with certificate-authority-data."
+            )
+            % {"where": where}
         )
     return warnings
 
@@ -180,23 +209,28 @@ def _entries(
     if entries is None:
         return {}
     if not isinstance(entries, list):
-        problems.append(f"{section} must be a list.")
+        problems.append(gettext("%(section)s must be a list.") % {"section": section})
         return {}
     found: dict[str, dict[str, Any]] = {}
     for position, entry in enumerate(entries):
         name = entry.get("name") if isinstance(entry, dict) else None
         if not isinstance(name, str) or not name:
-            problems.append(f"{section}[{position}] has no name.")
+            problems.append(gettext("%(entry)s has no name.") % {"entry": f"{section}[{position}]"})
             continue
         if name in found:
-            problems.append(f"{section}[{_label(name)}] is defined twice.")
+            problems.append(
+                gettext("%(entry)s is defined twice.") % {"entry": f"{section}[{_label(name)}]"}
+            )
             continue
         body = entry.get(key)
         if body is None:
             # `user:` with nothing under it means no credentials; the SDK wants a map.
             body = entry[key] = {}
         if not isinstance(body, dict):
-            problems.append(f"{section}[{_label(name)}].{key} must be a map of fields.")
+            problems.append(
+                gettext("%(field)s must be a map of fields.")
+                % {"field": f"{section}[{_label(name)}].{key}"}
+            )
             continue
         found[name] = body
     return found
@@ -211,12 +245,16 @@ def _refusal(
     """Why a field is refused (a known danger, or not on the allow-list), or None."""
     if isinstance(key, str) and key in refused:
         what, instead = refused[key]
-        return f"{where}.{key} {what}; it is refused. {instead}"
+        return gettext("%(field)s %(what)s; it is refused. %(instead)s") % {
+            "field": f"{where}.{key}",
+            "what": what,
+            "instead": instead,
+        }
     if key not in allowed:
-        return (
-            f"{where}.{_label(key)} is not a field the dashboard accepts, so it is refused "
-            f"rather than handed to the Kubernetes client unchecked. Allowed: {', '.join(allowed)}."
-        )
+        return gettext(
+            "%(field)s is not a field the dashboard accepts, so it is refused rather than "
+            "handed to the Kubernetes client unchecked. Allowed: %(allowed)s."
+        ) % {"field": f"{where}.{_label(key)}", "allowed": ", ".join(allowed)}
     return None
 
 
@@ -235,18 +273,27 @@ def _cluster_problems(name: str, cluster: dict[str, Any]) -> list[str]:
             value, bool
         ):
             # The SDK takes `not value`: the string "false" would turn verification off.
-            problems.append(f"{where}.{key} must be true or false, not a {type(value).__name__}.")
+            problems.append(
+                gettext("%(field)s must be true or false, not a %(type)s.")
+                % {"field": f"{where}.{key}", "type": type(value).__name__}
+            )
         elif key == "tls-server-name" and not (
             isinstance(value, str) and len(value) <= 253 and _HOSTNAME.fullmatch(value)
         ):
-            problems.append(f"{where}.{key} must be a host name (like api.example.com).")
+            problems.append(
+                gettext("%(field)s must be a host name (like api.example.com).")
+                % {"field": f"{where}.{key}"}
+            )
     if "server" not in cluster:
-        problems.append(f"{where} has no server.")
+        problems.append(gettext("%(entry)s has no server.") % {"entry": where})
     return problems
 
 
 def _server_problems(where: str, value: object) -> list[str]:
-    wrong = [f"{where}.server must be an http or https URL (like https://10.0.0.1:6443)."]
+    wrong = [
+        gettext("%(field)s must be an http or https URL (like https://10.0.0.1:6443).")
+        % {"field": f"{where}.server"}
+    ]
     if not isinstance(value, str) or not _HEADER_SAFE.fullmatch(value) or " " in value:
         return wrong
     try:
@@ -258,8 +305,8 @@ def _server_problems(where: str, value: object) -> list[str]:
         return wrong
     if parts.username is not None or parts.password is not None:
         return [
-            f"{where}.server carries a user name or password; it is refused. "
-            + _USE_STATIC_CREDENTIALS
+            gettext("%(field)s carries a user name or password; it is refused. %(instead)s")
+            % {"field": f"{where}.server", "instead": _USE_STATIC_CREDENTIALS}
         ]
     return []
 
@@ -267,11 +314,14 @@ def _server_problems(where: str, value: object) -> list[str]:
 def _base64_problems(where: str, value: object) -> list[str]:
     """Inline certificates and keys are base64 (of PEM); the SDK would crash decoding others."""
     if not isinstance(value, str):
-        return [f"{where} must be base64-encoded text."]
+        return [gettext("%(field)s must be base64-encoded text.") % {"field": where}]
     try:
         base64.b64decode(value.strip(), validate=True)
     except (binascii.Error, ValueError):
-        return [f"{where} is not valid base64 (it must be base64-encoded PEM text)."]
+        return [
+            gettext("%(field)s is not valid base64 (it must be base64-encoded PEM text).")
+            % {"field": where}
+        ]
     return []
 
 
@@ -284,15 +334,19 @@ def _user_problems(name: str, user: dict[str, Any]) -> list[str]:
             problems.append(refusal)
         elif key == "token" and not (isinstance(value, str) and _HEADER_SAFE.fullmatch(value)):
             problems.append(
-                f"{where}.token must be one line of visible ASCII characters: it holds a line "
-                "break, a control or a non-ASCII character, which cannot be sent in an HTTP "
-                "header. Paste the token again, on one line."
+                gettext(
+                    "%(field)s must be one line of visible ASCII characters: it holds a line "
+                    "break, a control or a non-ASCII character, which cannot be sent in an HTTP "
+                    "header. Paste the token again, on one line."
+                )
+                % {"field": f"{where}.token"}
             )
         elif key in {"client-certificate-data", "client-key-data"}:
             problems += _base64_problems(f"{where}.{key}", value)
     if ("client-certificate-data" in user) != ("client-key-data" in user):
         problems.append(
-            f"{where} needs both client-certificate-data and client-key-data, or neither."
+            gettext("%(entry)s needs both client-certificate-data and client-key-data, or neither.")
+            % {"entry": where}
         )
     return problems
 
@@ -311,9 +365,15 @@ def _context_problems(
     ]
     cluster, user, namespace = context.get("cluster"), context.get("user"), context.get("namespace")
     if not isinstance(cluster, str) or cluster not in clusters:
-        problems.append(f"{where}.cluster must name a cluster defined in the kubeconfig.")
+        problems.append(
+            gettext("%(field)s must name a cluster defined in the kubeconfig.")
+            % {"field": f"{where}.cluster"}
+        )
     if user is not None and (not isinstance(user, str) or user not in users):
-        problems.append(f"{where}.user must name a user defined in the kubeconfig.")
+        problems.append(
+            gettext("%(field)s must name a user defined in the kubeconfig.")
+            % {"field": f"{where}.user"}
+        )
     if namespace is not None and not isinstance(namespace, str):
-        problems.append(f"{where}.namespace must be text.")
+        problems.append(gettext("%(field)s must be text.") % {"field": f"{where}.namespace"})
     return problems
