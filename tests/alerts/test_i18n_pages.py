@@ -12,11 +12,11 @@ from django.test import Client
 from django.utils import translation
 
 from alerts import incident_actions
-from alerts.models import Incident, IncidentEvent
+from alerts.models import Incident, IncidentEvent, Rule
 from leases.models import Lease
 from tests.alerts.conftest import Clock, evaluate
 from tests.alerts.factories import make_incident
-from tests.leases.factories import make_cluster, make_lease
+from tests.leases.factories import make_cluster, make_lease, make_many_leases
 
 pytestmark = pytest.mark.django_db
 
@@ -173,3 +173,29 @@ def incident_user(client: Client) -> Any:
 
 def incident_lease() -> Lease:
     return Lease.objects.get(name="kube-scheduler")
+
+
+def test_node_heartbeat_incident_counts_and_its_updates_read_in_korean(clock: Clock) -> None:
+    cluster = make_cluster("prod")
+    nodes = make_many_leases(cluster, 3)  # renewed 3 s before NOW, 40 s leases
+    clock.advance(37)
+    evaluate(cluster)
+    clock.advance(5)
+    Lease.objects.filter(pk__in=[lease.pk for lease in nodes[1:]]).update(
+        renew_time=clock.now(), expires_at=clock.now() + timedelta(seconds=40)
+    )
+    evaluate(cluster)
+
+    incident = Incident.objects.get(rule=Rule.NODE_HEARTBEATS_EXPIRED)
+    update = IncidentEvent.objects.get(incident=incident, kind=IncidentEvent.Kind.UPDATED)
+    assert incident.title == "1 node stopped heart-beating"
+    with translation.override("ko"):
+        assert incident.display_title == "노드 1개의 하트비트가 멈춤"
+        assert incident.display_items_label == "kube-node-lease의 Lease가 만료된 노드"
+        assert incident.display_items() == ["node-0000"]
+        assert update.display_text == (
+            "kube-node-lease의 Lease가 만료된 노드: 현재 1개; 사라짐 node-0001, node-0002"
+        )
+    assert update.text == (
+        "Nodes whose lease in kube-node-lease expired: now 1; gone node-0001, node-0002"
+    )
