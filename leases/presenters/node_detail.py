@@ -81,6 +81,7 @@ class Heartbeat:
     expires: When | None
     expires_text: str
     deleted: When | None
+    namespace: str = NODE_LEASE_NAMESPACE
 
 
 @dataclass(slots=True)
