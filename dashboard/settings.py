@@ -391,6 +391,11 @@ LOCALE_PATHS = [
     BASE_DIR / "locale",
     *sorted(path for path in (BASE_DIR / "locale" / "parts").glob("*") if path.is_dir()),
 ]
+# The language cookie (the header's switch, the preferences page) is for the server alone,
+# and as guarded as the session's.
+LANGUAGE_COOKIE_HTTPONLY = True
+LANGUAGE_COOKIE_SAMESITE = "Lax"
+LANGUAGE_COOKIE_SECURE = PRODUCTION
 # Alert mail to ALERT_EMAIL_TO addresses (people without a saved choice of their own).
 ALERT_EMAIL_LANGUAGE = env_choice(
     "ALERT_EMAIL_LANGUAGE", LANGUAGE_CODE, tuple(code for code, _ in LANGUAGES)
