@@ -9,6 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser, Group, Permission
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from dashboard.models import ApiToken, WorkerHeartbeat, hash_api_token
 from dashboard.timefmt import when
@@ -46,8 +47,11 @@ def issue_api_token(
     """
     if ApiToken.Scope(scope) == ApiToken.Scope.WRITE and not can_change_clusters(user):
         raise PermissionDenied(
-            f"{user.get_username()!r} is not an operator (the operators group or the"
-            " dashboard.change_clusters permission), so it cannot have a write token."
+            gettext(
+                "%(username)r is not an operator (the operators group or the"
+                " dashboard.change_clusters permission), so it cannot have a write token."
+            )
+            % {"username": user.get_username()}
         )
     return ApiToken.issue(user, name=name, scope=scope)
 
