@@ -32,6 +32,7 @@ from alerts.models import (
     IncidentEvent,
     Notification,
     Rule,
+    Severity,
     Silence,
 )
 from alerts.rules import RULE_SPECS
@@ -66,21 +67,26 @@ class AlertRuleAdmin(admin.ModelAdmin):
         "updated_at",
     )
 
-    @admin.display(description="severity")
+    @admin.display(description=_("severity"))
     def severity_shown(self, obj: AlertRule) -> str:
-        return obj.severity or f"{RULE_SPECS[Rule(obj.rule)].severity} (default)"
+        if obj.severity:
+            return str(obj.get_severity_display())
+        default = RULE_SPECS[Rule(obj.rule)].severity
+        return gettext("%(severity)s (default)") % {"severity": Severity(default).label}
 
-    @admin.display(description="what it checks, and what its fields mean")
+    @admin.display(description=_("what it checks, and what its fields mean"))
     def what_it_checks(self, obj: AlertRule) -> str:
         spec = RULE_SPECS[Rule(obj.rule)]
-        parts = [spec.summary]
-        for label, text in (
-            ("Grace", spec.grace_help),
-            ("Threshold", spec.threshold_help),
-            ("Window", spec.window_help),
-        ):
-            parts.append(f"{label}: {text or 'not used by this rule.'}")
-        return " ".join(parts)
+        unused = gettext("not used by this rule.")
+        # Each field's sentence whole, so a translation may order its words freely.
+        return " ".join(
+            [
+                str(spec.summary),
+                gettext("Grace: %(help)s") % {"help": spec.grace_help or unused},
+                gettext("Threshold: %(help)s") % {"help": spec.threshold_help or unused},
+                gettext("Window: %(help)s") % {"help": spec.window_help or unused},
+            ]
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # one row per rule, created by migrate
@@ -147,7 +153,7 @@ class NotificationAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    @admin.action(description="Retry now (failed or waiting ones)")
+    @admin.action(description=_("Retry now (failed or waiting ones)"))
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Notification]) -> None:
         retried = sum(
             delivery.retry_notification_now(pk)
@@ -156,7 +162,14 @@ class NotificationAdmin(admin.ModelAdmin):
             ).values_list("pk", flat=True)
         )
         self.message_user(
-            request, f"{retried} notification(s) will be sent by the next sweep.", messages.INFO
+            request,
+            ngettext(
+                "%(count)d notification will be sent by the next sweep.",
+                "%(count)d notifications will be sent by the next sweep.",
+                retried,
+            )
+            % {"count": retried},
+            messages.INFO,
         )
 
 

@@ -198,7 +198,8 @@ def _hold_for(
         )
     inhibitor = inhibitors.get(incident.cluster)
     if incident.rule in INHIBITED_BY_API_DOWN and inhibitor is not None:
-        return Hold.INHIBITED, INHIBITED, {"cause": inhibitor.title}
+        # The cause's title as a message: each reader sees it in their language.
+        return Hold.INHIBITED, INHIBITED, {"cause": inhibitor.full_title_message}
     return Hold.NONE, UNHELD, {}
 
 

@@ -17,11 +17,10 @@ from typing import Any
 from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone, translation
-from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext, ngettext
 
-from alerts.mail import absolute, iso, sort_incidents, visible
-from alerts.models import ChannelKind, Incident, NotificationKind, Severity
+from alerts.mail import absolute, incident_summary, iso, sort_incidents, visible
+from alerts.models import ChannelKind, Incident, NotificationKind
 from dashboard.timefmt import format_duration
 
 PAYLOAD_VERSION = 1
@@ -78,10 +77,6 @@ def headline(kind: str, count: int) -> str:
     return text % {"count": count}
 
 
-def _severity_text(severity: str) -> str:
-    return gettext("critical") if severity == Severity.CRITICAL else gettext("warning")
-
-
 def _state_line(incident: Incident, now: datetime) -> str:
     if incident.resolved_at is not None:
         return gettext("Resolved at %(resolved)s, lasted %(lasted)s.") % {
@@ -94,18 +89,13 @@ def _state_line(incident: Incident, now: datetime) -> str:
     }
 
 
-def _facts(incident: Incident) -> list[tuple[str, str]]:
-    """(label, value) pairs from the incident's details, as data (bounded, visible)."""
-    facts = []
-    for item in (incident.details or {}).get("facts", [])[:FACTS_IN_CHAT]:
-        if not isinstance(item, Mapping):
-            continue
-        value = item.get("text", "")
-        moment = parse_datetime(str(item["at"])) if item.get("at") else None
-        if moment is not None:
-            value = _local(moment)
-        facts.append((visible(item.get("label", ""), 80), visible(value, 200)))
-    return facts
+def _lines(summary: Mapping[str, Any], incident: Incident, now: datetime) -> list[str]:
+    """The state, the resolution note (if any) and the first facts, in the active language."""
+    lines = [_state_line(incident, now)]
+    if summary["resolution"]:
+        lines.append(summary["resolution"])
+    lines += [f"{fact['label']}: {fact['text']}" for fact in summary["facts"][:FACTS_IN_CHAT]]
+    return lines
 
 
 def _color(kind: str, incident: Incident) -> str:
@@ -116,10 +106,10 @@ def _color(kind: str, incident: Incident) -> str:
     return COLORS.get(incident.severity, COLORS["warning"])
 
 
-def _incident_line(incident: Incident) -> str:
+def _incident_line(summary: Mapping[str, Any]) -> str:
     return gettext("[%(severity)s] %(title)s") % {
-        "severity": _severity_text(incident.severity),
-        "title": visible(incident.full_title, 300),
+        "severity": summary["severity_label"],
+        "title": summary["title"],
     }
 
 
@@ -139,13 +129,12 @@ def dooray(kind: str, incidents: Sequence[Incident], now: datetime) -> dict[str,
     ordered = sort_incidents(incidents)
     attachments: list[dict[str, Any]] = []
     for incident in ordered[:CHAT_INCIDENTS]:
-        lines = [_state_line(incident, now)]
-        lines += [f"{label}: {value}" for label, value in _facts(incident)]
+        summary = incident_summary(incident, now)
         attachments.append(
             {
-                "title": _incident_line(incident),
-                "titleLink": absolute(incident.get_absolute_url()),
-                "text": "\n".join(lines),
+                "title": _incident_line(summary),
+                "titleLink": summary["url"],
+                "text": "\n".join(_lines(summary, incident, now)),
                 "color": _color(kind, incident),
             }
         )
@@ -178,14 +167,9 @@ def slack(kind: str, incidents: Sequence[Incident], now: datetime) -> dict[str, 
         {"type": "header", "text": {"type": "plain_text", "text": title[:150]}}
     ]
     for incident in ordered[:CHAT_INCIDENTS]:
-        url = absolute(incident.get_absolute_url())
-        lines = [
-            f"*<{url}|{slack_escape(_incident_line(incident))}>*",
-            slack_escape(_state_line(incident, now)),
-        ]
-        lines += [
-            f"{slack_escape(label)}: {slack_escape(value)}" for label, value in _facts(incident)
-        ]
+        summary = incident_summary(incident, now)
+        lines = [f"*<{summary['url']}|{slack_escape(_incident_line(summary))}>*"]
+        lines += [slack_escape(line) for line in _lines(summary, incident, now)]
         blocks.append(_slack_section("\n".join(lines)))
     more = len(ordered) - CHAT_INCIDENTS
     footer = gettext("Open the alerts page")
@@ -202,7 +186,7 @@ def slack(kind: str, incidents: Sequence[Incident], now: datetime) -> dict[str, 
     if first is not None:
         text = gettext("%(headline)s: %(title)s") % {
             "headline": title,
-            "title": slack_escape(first.full_title),
+            "title": slack_escape(first.display_full_title),
         }
     return {"text": text, "blocks": blocks}
 
@@ -226,6 +210,8 @@ def webhook_incident(incident: Incident, event: str | None = None) -> dict[str, 
         "severity": incident.severity,
         "state": incident.state,
         "title": incident.title,
+        # The same in the channel's language (the English `title` stays for machines).
+        "display_title": incident.display_full_title,
         "cluster": incident.cluster,
         "since": iso(incident.since),
         "opened": iso(incident.opened_at),
@@ -349,7 +335,7 @@ def summary(
     if kind_ == ChannelKind.DOORAY:
         attachments: list[dict[str, Any]] = [
             {
-                "title": _incident_line(incident),
+                "title": _incident_line(incident_summary(incident, now)),
                 "titleLink": absolute(incident.get_absolute_url()),
                 "color": _color(kind, incident),
             }
@@ -372,7 +358,8 @@ def summary(
         _slack_section("\n".join(slack_escape(line) for line in lines) or slack_escape(title)),
     ]
     listed = [
-        f"• <{absolute(incident.get_absolute_url())}|{slack_escape(_incident_line(incident))}>"
+        f"• <{absolute(incident.get_absolute_url())}|"
+        f"{slack_escape(_incident_line(incident_summary(incident, now)))}>"
         for _, incident in first
     ]
     if listed:

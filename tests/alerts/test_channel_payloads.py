@@ -143,6 +143,7 @@ def test_webhook_payload_is_versioned_and_signed_over_timestamp_and_body(
         "severity": "critical",
         "state": "firing",
         "title": f"ops/{HOSTILE} lease expired",
+        "display_title": f"prod: ops/{HOSTILE} lease expired",
         "cluster": "prod",
         "since": "2026-11-29T08:00:00Z",
         "opened": "2026-11-29T08:00:00Z",
