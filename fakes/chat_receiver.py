@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import time
@@ -133,11 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     receiver = ChatReceiver(host=options.host, port=options.port, echo=True).start()
     print(f"Listening on {receiver.url('/')} (any path); Ctrl-C stops.", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        receiver.stop()
+    stopping = threading.Event()
+    # honcho and docker stop with SIGTERM, a person with Ctrl-C: both end it cleanly.
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
+    signal.signal(signal.SIGINT, lambda signum, frame: stopping.set())
+    stopping.wait()
+    receiver.stop()
     return 0
 
 

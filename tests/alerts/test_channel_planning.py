@@ -195,3 +195,28 @@ def test_channel_reminders_are_a_digest_and_skip_acknowledged_incidents(
     assert reminder["text"] == "1 incident still open and not acknowledged"
     [attachment] = reminder["attachments"]
     assert attachment["title"] == "[critical] prod: kube-system/kube-scheduler lease expired"
+
+
+def test_a_firing_and_a_resolved_alert_arrive_in_korean_in_a_dooray_channel(
+    clock: Clock, receiver: ChatReceiver
+) -> None:
+    make_channel(receiver, ChannelKind.DOORAY, language="ko", time_zone="Asia/Seoul")
+    prod = make_cluster("prod")
+    lease = make_lease(prod, "kube-scheduler", holder="master-0<b>", renewed_ago=30, duration=15)
+    evaluate(prod)
+    clock.advance(60)
+    Lease.objects.filter(pk=lease.pk).update(expires_at=timezone.now() + timedelta(seconds=15))
+    evaluate(prod)
+
+    firing, resolved = (post.json for post in receiver.received)
+    assert (firing["botName"], firing["text"]) == ("Lease 대시보드", "새 인시던트 1건")
+    assert resolved["text"] == "인시던트 1건 해결됨"
+    [opened] = firing["attachments"]
+    [closed] = resolved["attachments"]
+    for attachment in (opened, closed):
+        assert attachment["title"].startswith("[심각] prod: ")
+        assert "kube-system/kube-scheduler" in attachment["title"]
+        assert "lease expired" not in attachment["title"]
+    assert "부터 발생 중입니다" in opened["text"]
+    assert "master-0<b>" in opened["text"]  # the holder as written
+    assert "2026-11-29 17:01:00 KST에 해결되었습니다" in closed["text"]
