@@ -126,6 +126,8 @@ def test_untrusted_holder_and_name_cannot_inject_headers_and_are_escaped(
         "Message-ID",
         "Auto-Submitted",
         "X-Auto-Response-Suppress",
+        # The language the mail is written in: one of LANGUAGES, never a value from a cluster.
+        "Content-Language",
     }
     assert message.recipients() == [ONCALL]
     assert "Holder (last renewed by): x\\x0d\\x0aBcc: attacker@evil.example" in message.body

@@ -393,7 +393,7 @@ def test_admin_lists_one_rule_row_per_rule_and_explains_the_fields(
     client.force_login(admin)
     html = text(client, "/admin/alerts/alertrule/")
     for rule in Rule:
-        assert rule.label in html
+        assert str(rule.label) in html
     flapping = AlertRule.objects.get(rule=Rule.LEASE_FLAPPING)
     row = text(client, f"/admin/alerts/alertrule/{flapping.pk}/change/")
     assert "Holder changes that open it (default ALERT_FLAP_CHANGES)." in row
