@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.translation import gettext
 
+from alerts.models import AlertChannel, ChannelKind
 from fakes.kube import kubeconfig_document
 from fakes.kube.demo_nodes import DEMO_NKS_CLUSTER
 from fakes.kube.leader_k8s_demo import LeaderK8sElections
@@ -23,6 +24,9 @@ DEMO_CLUSTER = DEMO_NKS_CLUSTER
 # What the demo cluster was called before it played an NKS cluster.
 PREVIOUS_DEMO_CLUSTER = "demo"
 DEMO_NKS_ACCOUNT = "demo"
+# A Dooray!-format channel posting to the demo receiver (Procfile `chat`), in Korean: mail
+# stays in ALERT_EMAIL_LANGUAGE, so the demo shows both languages side by side.
+DEMO_CHANNEL = "demo-dooray"
 
 
 class Command(BaseCommand):
@@ -54,6 +58,7 @@ class Command(BaseCommand):
         self.stdout.write(message % {"name": DEMO_CLUSTER, "port": port})
         self._record_demo_group_sizes(cluster)
         self._register_demo_nks_account()
+        self._register_demo_channel()
 
     def _record_demo_group_sizes(self, cluster: KubeCluster) -> None:
         # maxLeaders is written on no lease: an admin records it, as here for the demo's
@@ -86,3 +91,19 @@ class Command(BaseCommand):
             else gettext("Demo NKS account %(name)r up to date (port %(port)d).")
         )
         self.stdout.write(message % {"name": DEMO_NKS_ACCOUNT, "port": port})
+
+    def _register_demo_channel(self) -> None:
+        port = int(os.environ.get("DEMO_CHAT_PORT", "8003"))
+        channel, created = AlertChannel.objects.get_or_create(
+            name=DEMO_CHANNEL,
+            defaults={"kind": ChannelKind.DOORAY, "language": "ko", "time_zone": "Asia/Seoul"},
+        )
+        # The port may change between runs; the rest is the admin's to change.
+        channel.url = f"http://127.0.0.1:{port}/dooray"
+        channel.save(update_fields=["url", "updated_at"])
+        message = (
+            gettext("Demo Dooray! channel %(name)r registered (port %(port)d).")
+            if created
+            else gettext("Demo Dooray! channel %(name)r up to date (port %(port)d).")
+        )
+        self.stdout.write(message % {"name": DEMO_CHANNEL, "port": port})
