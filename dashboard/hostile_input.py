@@ -14,11 +14,13 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 from django.template import loader
+from django.utils import translation
+from django.utils.translation import gettext_lazy
 
 from dashboard.api import json_error
 
 NUL = "\x00"
-PROBLEM = (
+PROBLEM = gettext_lazy(
     "The request contains a NUL character (%00), which no page or API parameter accepts. "
     "Check the link or the script that sent it."
 )
@@ -37,10 +39,14 @@ def carries_nul(request: HttpRequest) -> bool:
 
 def bad_request(request: HttpRequest) -> HttpResponse:
     if request.path_info.startswith("/api/"):
-        return json_error(PROBLEM, 400)
+        with translation.override("en"):  # the API speaks English
+            return json_error(str(PROBLEM), 400)
     # A page without base.html: its context processors would read the session and the
-    # database, and nothing about this request is to be trusted.
-    body = loader.get_template("errors/bad_request.html").render({"problem": PROBLEM})
+    # database, and nothing about this request is to be trusted. This runs before
+    # LocaleMiddleware: the page's language is the browser's (the language cookie is only
+    # compared with LANGUAGES, never used as it came).
+    with translation.override(translation.get_language_from_request(request)):
+        body = loader.get_template("errors/bad_request.html").render({"problem": PROBLEM})
     return HttpResponse(body, status=400)
 
 
