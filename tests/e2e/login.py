@@ -14,4 +14,4 @@ def log_in(page: Any, user: tuple[str, str] = ENGINEER) -> None:
     username, password = user
     page.fill("#id_username", username)
     page.fill("#id_password", password)
-    page.click("button[type=submit]")
+    page.click("#password-login button[type=submit]")
