@@ -18,14 +18,13 @@ from django.utils.translation import get_language, gettext, ngettext
 
 from dashboard.flapping import FlapPolicy, flap_policy, policy_query
 from dashboard.links import lease_url
-from dashboard.timefmt import format_duration, iso_js, relative_text
+from dashboard.timefmt import TimeWords, format_duration, iso_js, time_words
 from leases.cursors import SORT_KEYS, Cursor
 from leases.models import LeaseState, lease_state
 from leases.presenters.display import (
     CLASS_LABELS,
     HOLDER_DISPLAY_CHARS,
     HOLDER_TITLE_CHARS,
-    expiry_text,
     leases_prefix,
     shorten,
 )
@@ -161,7 +160,7 @@ def build_lease_row(
         fencing_reused_at,
         flap_count,
     ) = row
-    now = bounds.now
+    now, time = bounds.now, words.time
     state = lease_state(holder, expires_at, now)
     flapping = policy.is_flapping(flap_count)
     deleted = deleted_at is not None
@@ -213,15 +212,16 @@ def build_lease_row(
         token_shown,
         foreign_writer,
         iso_js(renew_time) if renew_time else "",
-        relative_text((now - renew_time).total_seconds()) if renew_time else words.never,
+        time.relative((now - renew_time).total_seconds()) if renew_time else words.never,
         # Countdowns only tick for held leases: a released lease's expiry means nothing.
         iso_js(expires_at) if expires_at and state is not LeaseState.RELEASED else "",
-        expiry_text(state, expires_at, now),
+        # A released lease has no holder left to expire.
+        time.countdown(None if state is LeaseState.RELEASED else expires_at, now),
         flap_count,
         flapping,
         # Only flapping rows, a handful, pay for the plural.
         words.flap_title(flap_count) if flapping else "",
-        relative_text((now - fencing_reused_at).total_seconds()) if fencing else "",
+        time.relative((now - fencing_reused_at).total_seconds()) if fencing else "",
         soon,
         deleted,
         "" if transitions is None else str(transitions),
@@ -318,7 +318,7 @@ def lease_table(
         flap_window=format_duration(policy.window.total_seconds()),
         flap_changes=policy.changes,
         problems_legend=problems_legend(get_language()),
-        updated_text=relative_text(0),
+        updated_text=words.time.relative(0),
     )
 
 
@@ -329,6 +329,7 @@ class RowWords:
     class_labels: Mapping[str, str]
     never: str
     flap_window: str
+    time: TimeWords
 
     def flap_title(self, changes: int) -> str:
         return ngettext(
@@ -344,6 +345,7 @@ def row_words(policy: FlapPolicy) -> RowWords:
         class_labels={value: str(label) for value, label in CLASS_LABELS.items()},
         never=gettext("never"),
         flap_window=format_duration(policy.window.total_seconds()),
+        time=time_words(),
     )
 
 
