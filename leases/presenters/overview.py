@@ -213,7 +213,11 @@ class LeasesOverview:
     flap_window: str
     flap_changes: int
     elections: ElectionsOverview
-    expiring_within: str = format_duration(EXPIRING_SOON.total_seconds())
+
+    @property
+    def expiring_within(self) -> str:
+        # In the reader's language: worked out when shown, not once at import.
+        return format_duration(EXPIRING_SOON.total_seconds())
 
 
 def _lease_links(
