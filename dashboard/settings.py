@@ -386,11 +386,7 @@ USE_TZ = True  # stored in UTC, shown in each person's zone (TIME_ZONE until the
 LANGUAGES = [("en", "English"), ("ko", "한국어")]
 LANGUAGE_CODE = env_choice("LANGUAGE_CODE", "en", tuple(code for code, _ in LANGUAGES))
 USE_I18N = True
-# TEMPORARY while issue 12's parts are translated side by side: merged into locale/ later.
-LOCALE_PATHS = [
-    BASE_DIR / "locale",
-    *sorted(path for path in (BASE_DIR / "locale" / "parts").glob("*") if path.is_dir()),
-]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 # The language cookie (the header's switch, the preferences page) is for the server alone,
 # and as guarded as the session's.
 LANGUAGE_COOKIE_HTTPONLY = True

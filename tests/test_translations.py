@@ -1,8 +1,7 @@
 """Guards for the Korean translation (issue 12).
 
 a. Every message `makemessages -l ko` extracts from the product has a Korean translation in
-   the catalogs under locale/ (locale/ko and the parts locale/parts/*/ko, while those exist):
-   not empty, not fuzzy, with the same placeholders as its msgid.
+   locale/ko: not empty, not fuzzy, with the same placeholders as its msgid.
 b. No template shows English that is not marked for translation: the text between tags,
    and the attributes a person reads (title, aria-label, placeholder, alt), of every Django
    and Jinja2 template, API terms, units and symbols excepted.
@@ -119,9 +118,7 @@ def read_po(path: Path) -> list[Entry]:
 
 
 def korean_catalogs() -> list[Path]:
-    return sorted(LOCALE.glob("ko/LC_MESSAGES/django.po")) + sorted(
-        LOCALE.glob("parts/*/ko/LC_MESSAGES/django.po")
-    )
+    return sorted(LOCALE.glob("ko/LC_MESSAGES/django.po"))
 
 
 def all_catalogs() -> list[Path]:
