@@ -8,6 +8,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.core.validators import MaxLengthValidator, MaxValueValidator
+from django.forms.boundfield import BoundField
 from django.utils.choices import CallableChoiceIterator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
@@ -78,6 +79,23 @@ class NodeChoiceField(forms.MultipleChoiceField):
             raise forms.ValidationError(problems, code="invalid_choice")
 
 
+class HintedBoundField(BoundField):
+    """A field whose hint the page writes beside it (``<auto_id>_hint``), not as help_text.
+
+    Django ties help_text and errors to the control by ``aria-describedby``; the resize
+    page's hints ("now 3; 1 to 10") are built in the template from the nodegroup, so the
+    form names them too, and a screen reader reads hint, then error, on the field.
+    """
+
+    @property
+    def aria_describedby(self) -> str | None:
+        described = super().aria_describedby
+        hinted: tuple[str, ...] = getattr(self.form, "hinted_fields", ())
+        if described is None or not self.auto_id or self.name not in hinted:
+            return described
+        return " ".join(filter(None, [f"{self.auto_id}_hint", described]))
+
+
 class ResizeForm(forms.Form):
     """A resize of one nodegroup, validated against what the dashboard knows of it.
 
@@ -88,6 +106,10 @@ class ResizeForm(forms.Form):
     heartbeat Lease expired, then cordoned ones. Without a watched cluster no node can be
     named and NKS picks the nodes it removes.
     """
+
+    bound_field_class = HintedBoundField
+    # The page writes a hint with id "<auto_id>_hint" beside these fields.
+    hinted_fields = ("node_count",)
 
     node_count = forms.IntegerField(
         label=_("Target node count"),

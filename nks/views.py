@@ -8,11 +8,12 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 
 from dashboard.htmx import render_page
 from dashboard.services import can_change_clusters
@@ -24,6 +25,7 @@ from nks.presenters.clusters import clusters_page, poll_interval_text
 from nks.presenters.nodegroup_detail import latest_resize_row, nodegroup_detail
 from nks.presenters.resize_audit import resize_audit
 from nks.presenters.resize_detail import resize_detail
+from nks.presenters.resize_form import error_summary
 from nks.queries import get_cluster, get_nodegroup
 from nks.resizes import ResizeConflict, request_resize
 from nks.services import LeaseSourceError, watch_cluster_leases
@@ -58,8 +60,12 @@ def cluster_page(request: HttpRequest, uuid: str) -> HttpResponse:
     )
 
 
-@require_POST
+# A form URL answers GET too: a reload, a bookmark or the address bar after a POST lands on
+# the page the form lives on, never on the browser's "HTTP ERROR 405".
+@require_http_methods(["GET", "HEAD", "POST"])
 def watch_leases(request: HttpRequest, uuid: str) -> HttpResponse:
+    if request.method != "POST":
+        return redirect("nks:cluster", uuid=uuid)
     if not can_change_clusters(request.user):
         raise PermissionDenied("Adding a Lease source needs the operators group.")
     cluster = get_cluster(uuid)
@@ -111,6 +117,7 @@ def _render_nodegroup(
     conflict: ResizeRequest | None = None,
 ) -> HttpResponse:
     now = timezone.now()
+    page_url = reverse("nks:nodegroup", args=[nodegroup.cluster.uuid, nodegroup.name])
     context: dict[str, Any] = {
         # Lazy: the 2-second progress refresh renders only its region.
         "detail": SimpleLazyObject(lambda: nodegroup_detail(nodegroup, now, nodes)),
@@ -119,6 +126,11 @@ def _render_nodegroup(
         "cluster": nodegroup.cluster,
         "form": form,
         "conflict": conflict,
+        "error_summary": error_summary(form, conflict=conflict is not None),
+        # The refreshing regions and the watch button's way back use the page's own URL,
+        # not request.path: after an invalid resize the page is the answer to a POST to
+        # .../resize/, and that URL is no place to GET a region from.
+        "page_url": page_url,
         "can_change": can_change_clusters(request.user),
         "progress_seconds": PROGRESS_REFRESH_SECONDS,
     }
@@ -140,8 +152,21 @@ def nodegroup_page(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
     return _render_nodegroup(request, nodegroup, form, nodes=nodes)
 
 
-@require_POST
+@require_http_methods(["GET", "HEAD", "POST"])
 def resize(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
+    """Ask for a resize: a valid form redirects to the new request's page (post/redirect/get).
+
+    An invalid one (or one refused because a resize is in flight) answers 400 or 409 with the
+    nodegroup page itself, the form bound and an error summary at its top, rather than
+    redirecting with the form's state kept in the session: the status tells scripts and tests
+    what happened, no session entry can go stale or be eaten by a second tab, and the page
+    needs nothing from this URL afterwards (its regions refresh from the nodegroup page's
+    URL, and a GET here redirects there). A reload re-sends the same POST, which the browser
+    asks about first and which this view refuses again unless it is now valid; a
+    double-submitted valid form makes one resize, the second answer being the 409.
+    """
+    if request.method != "POST":
+        return redirect(reverse("nks:nodegroup", kwargs={"uuid": uuid, "name": name}) + "#resize")
     if not can_change_clusters(request.user):
         raise PermissionDenied("Resizing nodegroups needs the operators group.")
     nodegroup = _nodegroup_or_404(uuid, name)

@@ -1,0 +1,127 @@
+"""The resize form never strands the page: an invalid resize answers with the nodegroup page,
+whose regions refresh from GET-able URLs; every form URL answers GET with a redirect; a
+double-submitted form makes one resize."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from fakes.nks import FakeNks
+from nks.models import NksAccount, NksNodegroup, ResizeRequest
+from tests.nks.nodes import nodes_like_the_fake
+
+pytestmark = pytest.mark.django_db
+
+
+def group(cluster: str, name: str) -> NksNodegroup:
+    return NksNodegroup.objects.select_related("cluster").get(cluster__name=cluster, name=name)
+
+
+def page_url(nodegroup: NksNodegroup) -> str:
+    return f"/clusters/{nodegroup.cluster.uuid}/nodegroups/{nodegroup.name}/"
+
+
+@pytest.fixture
+def nodegroup(polled: NksAccount, fake_nks: FakeNks) -> NksNodegroup:
+    nodes_like_the_fake(fake_nks, "prod-api")
+    return group("prod-api", "default-worker")
+
+
+def hx_gets(html: str) -> list[str]:
+    return re.findall(r'hx-get="([^"]*)"', html)
+
+
+def test_an_invalid_resize_answers_with_the_page_and_the_state_typed(
+    nodegroup: NksNodegroup, operator_client: Client
+) -> None:
+    response = operator_client.post(
+        f"{page_url(nodegroup)}resize/", {"node_count": "99", "reason": "kept reason"}
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert 'value="99"' in html and "kept reason</textarea>" in html
+    assert "less than or equal to 10" in html
+    assert ResizeRequest.objects.count() == 0
+
+
+def test_after_an_invalid_resize_every_region_refreshes_from_the_nodegroup_page(
+    nodegroup: NksNodegroup, operator_client: Client, fake_nks: FakeNks
+) -> None:
+    # A resize in flight makes the progress box poll too.
+    operator_client.post(f"{page_url(nodegroup)}resize/", {"node_count": "5", "reason": "a"})
+    response = operator_client.post(
+        f"{page_url(nodegroup)}resize/", {"node_count": "0", "reason": "b"}
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    targets = hx_gets(html)
+    assert len(targets) >= 2, targets
+    assert set(targets) == {page_url(nodegroup)}
+    assert f'name="next" value="{page_url(nodegroup)}"' in html or "watch-leases" not in html
+    # What those refreshes GET answers 200 with the region, never 405.
+    for target in ("nks-nodegroup", "resize-progress"):
+        region = operator_client.get(
+            page_url(nodegroup), HTTP_HX_REQUEST="true", HTTP_HX_TARGET=target
+        )
+        assert region.status_code == 200
+        assert f'id="{target}"' in region.content.decode()
+
+
+def test_get_on_the_resize_url_redirects_to_the_form_on_its_page(
+    nodegroup: NksNodegroup, operator_client: Client
+) -> None:
+    for method in ("get", "head"):
+        response = getattr(operator_client, method)(f"{page_url(nodegroup)}resize/")
+        assert response.status_code == 302
+        assert response["Location"] == f"{page_url(nodegroup)}#resize"
+    followed = operator_client.get(f"{page_url(nodegroup)}resize/", follow=True)
+    assert followed.status_code == 200
+    assert 'id="resize"' in followed.content.decode()
+
+
+def test_get_on_the_watch_leases_url_redirects_to_the_cluster_page(
+    nodegroup: NksNodegroup, operator_client: Client
+) -> None:
+    uuid = nodegroup.cluster.uuid
+    response = operator_client.get(f"/clusters/{uuid}/watch-leases/")
+    assert response.status_code == 302
+    assert response["Location"] == f"/clusters/{uuid}/"
+
+
+def test_get_on_a_form_url_redirects_even_for_a_viewer(
+    nodegroup: NksNodegroup, client: Client, django_user_model: Any
+) -> None:
+    # Someone who may not resize still gets the page (which offers no form), not a 403 or 405.
+    client.force_login(django_user_model.objects.create_user("viewer"))
+    response = client.get(f"{page_url(nodegroup)}resize/")
+    assert response.status_code == 302
+
+
+def test_other_methods_on_a_form_url_still_answer_405(
+    nodegroup: NksNodegroup, operator_client: Client
+) -> None:
+    assert operator_client.put(f"{page_url(nodegroup)}resize/").status_code == 405
+
+
+def test_a_double_submitted_resize_makes_one_request(
+    nodegroup: NksNodegroup,
+    operator_client: Client,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    form = {"node_count": "5", "reason": "double-click"}
+    with django_capture_on_commit_callbacks() as callbacks:
+        first = operator_client.post(f"{page_url(nodegroup)}resize/", form)
+        second = operator_client.post(f"{page_url(nodegroup)}resize/", form)
+    created = ResizeRequest.objects.get()
+    assert first.status_code == 302
+    assert first["Location"] == f"/clusters/resizes/{created.pk}/"
+    # The second answer (the one the browser shows) names the first and sent nothing.
+    assert second.status_code == 409
+    html = second.content.decode()
+    assert f'href="/clusters/resizes/{created.pk}/"' in html
+    assert "Nothing new was sent." in html
+    assert len(callbacks) == 1
