@@ -1,0 +1,94 @@
+"""A refused resize in Chromium: the error summary takes focus and links to the field, the page
+keeps refreshing (no 405, no "Refreshing failed" banner), and a reload or the form's URL typed
+in the address bar never shows "HTTP ERROR 405"."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connections
+from playwright.sync_api import expect
+
+from fakes.nks import FakeNks
+from nks.accounts import forget_clients
+from nks.models import NksCluster, ResizeRequest
+from nks.poller import poll_account
+from nks.services import register_nks_account
+from tests.e2e.login import OPERATOR, log_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def nodegroup_path(settings: Any, operator: Any) -> Iterator[str]:
+    # One refresh a second, so the test waits past several of them in a few seconds.
+    settings.PAGE_REFRESH_SECONDS = 1
+    forget_clients()
+    with FakeNks(scenario="demo") as fake:
+        account, _ = register_nks_account("demo", api_url=fake.url, **fake.credentials())
+        assert poll_account(account.pk).ok
+        cluster = NksCluster.objects.get(name="prod-api")
+        yield f"/clusters/{cluster.uuid}/nodegroups/default-worker/"
+    forget_clients()
+    # The test body's connection is its own while Playwright runs: close it, or it outlives
+    # the test database.
+    connections.close_all()
+
+
+def test_a_refused_resize_focuses_its_summary_and_the_page_keeps_refreshing(
+    live_server: Any, page: Any, nodegroup_path: str
+) -> None:
+    page.goto(f"{live_server.url}{nodegroup_path}")
+    log_in(page, OPERATOR)
+    page.wait_for_selector("#id_node_count")
+    # A scale-in without typing the nodegroup's name: the browser lets it through, we refuse.
+    page.fill("#id_node_count", "2")
+    page.fill("#id_reason", "fewer nodes at night")
+    with page.expect_navigation():
+        page.click("button.primary")
+
+    summary = page.locator("#resize-errors")
+    expect(summary).to_be_focused()
+    expect(summary).to_have_attribute("role", "alert")
+    expect(summary).to_contain_text("The resize was not sent.")
+    link = summary.locator('a[href="#id_confirm_name"]')
+    expect(link).to_contain_text("type default-worker exactly")
+    # What was typed is still there.
+    expect(page.locator("#id_node_count")).to_have_value("2")
+    expect(page.locator("#id_reason")).to_have_value("fewer nodes at night")
+    expect(page.locator("#id_confirm_name")).to_have_attribute("aria-invalid", "true")
+
+    # Following the link puts the keyboard on the field to fix.
+    link.click()
+    expect(page.locator("#id_confirm_name")).to_be_focused()
+
+    # The regions keep refreshing from the nodegroup page: wait for two refreshes, each a 200.
+    refreshes: list[tuple[str, int]] = []
+    page.on(
+        "response",
+        lambda r: (
+            refreshes.append((r.url, r.status)) if r.request.headers.get("hx-request") else None
+        ),
+    )
+    page.wait_for_timeout(2_500)
+    assert len(refreshes) >= 2, refreshes
+    assert all(
+        url == f"{live_server.url}{nodegroup_path}" and status == 200 for url, status in refreshes
+    ), refreshes
+    expect(page.get_by_text("Refreshing failed")).to_have_count(0)
+    # A refresh replaces the regions around the form, never the form being corrected.
+    expect(page.locator("#id_reason")).to_have_value("fewer nodes at night")
+
+    # A reload sends the form again and is refused again: the page, never a 405.
+    response = page.reload()
+    assert response is not None and response.status == 400, response and response.status
+    expect(page.locator("#resize-errors")).to_be_visible()
+    # The form's URL in the address bar (or a bookmark) lands on the form's page.
+    response = page.goto(f"{live_server.url}{nodegroup_path}resize/")
+    assert response is not None and response.status == 200
+    assert page.url == f"{live_server.url}{nodegroup_path}#resize"
+    expect(page.locator("#id_node_count")).to_be_visible()
+    expect(page.get_by_text("HTTP ERROR 405")).to_have_count(0)
+    assert ResizeRequest.objects.count() == 0
