@@ -179,8 +179,14 @@ def load_rule_configs() -> dict[Rule, RuleConfig]:
     return configs
 
 
-def ensure_rule_rows(**_: Any) -> None:
+def ensure_rule_rows(apps: Any = None, **_: Any) -> None:
     """One admin row per rule (after every migrate), so each can be tuned without code."""
+    if apps is not None:
+        try:
+            # A migrate of other apps only (`migrate auth`) leaves the rules' table unmade.
+            apps.get_model("alerts", "AlertRule")
+        except LookupError:
+            return
     existing = set(AlertRule.objects.values_list("rule", flat=True))
     missing = [AlertRule(rule=rule) for rule in RULE_SPECS if rule not in existing]
     if missing:

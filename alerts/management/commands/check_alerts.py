@@ -2,15 +2,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from alerts import delivery, evaluation
 from alerts.models import DeliveryState
+from dashboard.commands import DatabaseCommand
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = _(
         "Evaluate the alert rules once and send the e-mail that is due, in the foreground "
         "(what beat and the workers do every ALERT_EVAL_SECONDS)."

@@ -4,14 +4,15 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext
 
+from dashboard.commands import DatabaseCommand
 from dashboard.models import ApiToken
 from dashboard.services import issue_api_token
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Create an API token for USERNAME and print it once (only its hash is stored)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -6,13 +6,14 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 from django.utils.translation import gettext
 
+from dashboard.commands import DatabaseCommand
 from dashboard.services import OPERATORS_GROUP
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = (
         "Create a demo login (staff, in the operators group) when the database has no user "
         "yet, and print its password once. Does nothing otherwise; refuses in production."

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.utils.translation import gettext
 
+from dashboard.commands import DatabaseCommand
 from dashboard.encryption import RotationResult, rotate_stored_secrets
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = (
         "Re-encrypt every stored secret (kubeconfigs, NKS passwords and tokens) with the first "
         "key of SECRETS_ENCRYPTION_KEYS, and print how many rows changed. Rotate a key by "

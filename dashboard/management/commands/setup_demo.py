@@ -5,10 +5,11 @@ from typing import Any
 
 import yaml
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.utils.translation import gettext
 
 from alerts.models import AlertChannel, ChannelKind
+from dashboard.commands import DatabaseCommand
 from fakes.kube import kubeconfig_document
 from fakes.kube.demo_nodes import DEMO_NKS_CLUSTER
 from fakes.kube.leader_k8s_demo import LeaderK8sElections
@@ -29,7 +30,7 @@ DEMO_NKS_ACCOUNT = "demo"
 DEMO_CHANNEL = "demo-dooray"
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = (
         "Register the demo sources that `make run` starts: the fake Kubernetes API server as "
         f"cluster {DEMO_CLUSTER!r} (the fake NKS cluster it plays) and the fake NKS as account "

@@ -3,13 +3,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext as _
 
+from dashboard.commands import DatabaseCommand
 from leases.services import ClusterConfigError, register_kube_cluster
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = (
         "Register a Kubernetes cluster whose Leases the dashboard watches. The kubeconfig is "
         "stored as a secret and never shown again; it may hold a token or inline client "

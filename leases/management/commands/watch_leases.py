@@ -6,9 +6,10 @@ import threading
 from types import FrameType
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext as _
 
+from dashboard.commands import DatabaseCommand
 from leases.models import KubeCluster
 from leases.services import run_watcher
 
@@ -19,7 +20,7 @@ logger = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = (
         "Watch Leases and Nodes in the foreground with the same loop the workers run (for "
         "debugging and scripts). Takes the cluster's lock, so it never runs beside a worker's "

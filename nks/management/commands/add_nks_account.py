@@ -2,16 +2,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext
 
+from dashboard.commands import DatabaseCommand
 from dashboard.env import BadEnvironment, env_optional
 from nks.accounts import client_for
 from nks.client import NksError
 from nks.services import AccountConfigError, register_nks_account
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = (
         "Add an NKS account for the dashboard to poll. With identity credentials the password "
         "is read from NKS_PASSWORD (or the file named by NKS_PASSWORD_FILE), never from the "

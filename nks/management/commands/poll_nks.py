@@ -2,14 +2,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext
 
+from dashboard.commands import DatabaseCommand
 from nks.models import NksAccount
 from nks.poller import poll_account
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Poll NKS accounts once, now, in the foreground, and print what was found."
 
     def add_arguments(self, parser: CommandParser) -> None:
