@@ -119,8 +119,12 @@ for _origin in CSRF_TRUSTED_ORIGINS:
             f"CSRF_TRUSTED_ORIGINS entry {_origin!r} must start with https:// or http://."
         )
 
+# Links in e-mails, chat messages and API answers. By default the address `make run` serves
+# (its web process listens on DASHBOARD_PORT), so a demo on another port links to itself.
 DASHBOARD_URL = env_url(
-    "DASHBOARD_URL", schemes=("http", "https"), default="http://127.0.0.1:8000"
+    "DASHBOARD_URL",
+    schemes=("http", "https"),
+    default=f"http://127.0.0.1:{env_int('DASHBOARD_PORT', 8000, minimum=1, maximum=65535)}",
 ).rstrip("/")
 
 INSTALLED_APPS = [

@@ -203,3 +203,12 @@ def test_an_smtp_url_without_a_host_still_stops_start_up() -> None:
     result = run_django("", env={"EMAIL_URL": "smtp://"})
     assert result.returncode != 0
     assert "EMAIL_URL='smtp://' has no host" in result.stderr
+
+
+def test_links_default_to_the_address_make_run_serves() -> None:
+    code = "from django.conf import settings; print(settings.DASHBOARD_URL)"
+    served = run_django(code, env={"DASHBOARD_PORT": "18555"})
+    assert served.stdout.strip() == "http://127.0.0.1:18555", served.stderr
+    assert run_django(code).stdout.strip() == "http://127.0.0.1:8000"
+    named = run_django(code, env={"DASHBOARD_PORT": "18555", "DASHBOARD_URL": "https://d.example/"})
+    assert named.stdout.strip() == "https://d.example"
