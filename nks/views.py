@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.contrib import messages
@@ -22,10 +23,11 @@ from nks.models import NksNodegroup, ResizeRequest
 from nks.node_picture import NodegroupNodes, nodegroup_nodes
 from nks.presenters.cluster_detail import cluster_detail
 from nks.presenters.clusters import clusters_page, poll_interval_text
-from nks.presenters.nodegroup_detail import latest_resize_row, nodegroup_detail
+from nks.presenters.nodegroup_detail import latest_resize_row, nodegroup_detail, progress_version
 from nks.presenters.resize_audit import resize_audit
 from nks.presenters.resize_detail import resize_detail
 from nks.presenters.resize_form import error_summary
+from nks.presenters.resizes import ResizeRow
 from nks.queries import get_cluster, get_nodegroup
 from nks.resizes import ResizeConflict, request_resize
 from nks.services import LeaseSourceError, watch_cluster_leases
@@ -117,11 +119,17 @@ def _render_nodegroup(
     conflict: ResizeRequest | None = None,
 ) -> HttpResponse:
     now = timezone.now()
+
+    @functools.cache
+    def progress() -> ResizeRow | None:
+        return latest_resize_row(nodegroup, now)
+
     page_url = reverse("nks:nodegroup", args=[nodegroup.cluster.uuid, nodegroup.name])
     context: dict[str, Any] = {
         # Lazy: the 2-second progress refresh renders only its region.
         "detail": SimpleLazyObject(lambda: nodegroup_detail(nodegroup, now, nodes)),
-        "progress": SimpleLazyObject(lambda: latest_resize_row(nodegroup, now)),
+        "progress": SimpleLazyObject(progress),
+        "progress_version": SimpleLazyObject(lambda: progress_version(progress())),
         "nodegroup": nodegroup,
         "cluster": nodegroup.cluster,
         "form": form,
@@ -143,6 +151,11 @@ def nodegroup_page(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
     nodegroup = _nodegroup_or_404(uuid, name)
     # The progress box refreshes every 2 s and shows no node: it reads none.
     wants_nodes = not request.htmx or request.htmx.target != "resize-progress"
+    seen = request.GET.get("seen") if not wants_nodes else None
+    if seen and seen == progress_version(latest_resize_row(nodegroup, timezone.now())):
+        # Nothing changed: no content, which htmx leaves unswapped, so the live region
+        # around the box is not re-read every 2 s.
+        return HttpResponse(status=204)
     nodes = nodegroup_nodes(nodegroup, timezone.now()) if wants_nodes else None
     form = None
     if can_change_clusters(request.user) and not request.htmx:

@@ -3,6 +3,7 @@ the progress box."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -177,6 +178,18 @@ def nodegroup_detail(
         resizes=resize_rows(queries.resizes().filter(nodegroup=nodegroup)[:RESIZES_SHOWN], now),
         server_now=iso_js(now),
     )
+
+
+def progress_version(row: ResizeRow | None) -> str:
+    """What the progress box says, in a few characters: the same version, the same words.
+
+    The box sits in a live region; its 2-second refresh sends the version it shows, and an
+    unchanged one is answered with no content, so a screen reader announces changes only.
+    """
+    if row is None:
+        return "none"
+    said = f"{row.id}|{row.state}|{row.error}"
+    return hashlib.sha256(said.encode()).hexdigest()[:12]
 
 
 def latest_resize_row(nodegroup: NksNodegroup, now: datetime) -> ResizeRow | None:

@@ -13,8 +13,9 @@ from playwright.sync_api import expect
 
 from fakes.nks import FakeNks
 from nks.accounts import forget_clients
-from nks.models import NksCluster, ResizeRequest
+from nks.models import NksCluster, NksNodegroup, ResizeRequest, ResizeState
 from nks.poller import poll_account
+from nks.resizes import request_resize
 from nks.services import register_nks_account
 from tests.e2e.login import OPERATOR, log_in
 
@@ -92,3 +93,34 @@ def test_a_refused_resize_focuses_its_summary_and_the_page_keeps_refreshing(
     expect(page.locator("#id_node_count")).to_be_visible()
     expect(page.get_by_text("HTTP ERROR 405")).to_have_count(0)
     assert ResizeRequest.objects.count() == 0
+
+
+def test_resize_progress_is_announced_once_per_change(
+    live_server: Any, page: Any, nodegroup_path: str, operator: Any
+) -> None:
+    nodegroup = NksNodegroup.objects.get(cluster__name="prod-api", name="default-worker")
+    # Queued, and no worker runs here: it stays queued until the test moves it on.
+    request_resize(user=operator, nodegroup=nodegroup, node_count=4, nodes_to_remove=[], reason="x")
+    page.goto(f"{live_server.url}{nodegroup_path}")
+    log_in(page, OPERATOR)
+    live = page.locator("[data-resize-progress-live]")
+    expect(live).to_have_attribute("aria-live", "polite")
+    expect(live.locator("[data-resize-state]")).to_have_attribute("data-resize-state", "pending")
+
+    polls: list[int] = []
+    page.on(
+        "response",
+        lambda r: (
+            polls.append(r.status)
+            if r.request.headers.get("hx-target") == "resize-progress"
+            else None
+        ),
+    )
+    page.wait_for_timeout(4_500)
+    # Unchanged progress is not swapped in again (a screen reader would read it again).
+    assert polls and set(polls) == {204}, polls
+    ResizeRequest.objects.update(state=ResizeState.SUBMITTED)
+    expect(live.locator("[data-resize-state]")).to_have_attribute(
+        "data-resize-state", "submitted", timeout=5_000
+    )
+    expect(page.get_by_text("Refreshing failed")).to_have_count(0)

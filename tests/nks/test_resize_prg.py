@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from fakes.nks import FakeNks
-from nks.models import NksAccount, NksNodegroup, ResizeRequest
+from nks.models import NksAccount, NksNodegroup, ResizeRequest, ResizeState
 from tests.nks.nodes import nodes_like_the_fake
 
 pytestmark = pytest.mark.django_db
@@ -60,7 +60,7 @@ def test_after_an_invalid_resize_every_region_refreshes_from_the_nodegroup_page(
     html = response.content.decode()
     targets = hx_gets(html)
     assert len(targets) >= 2, targets
-    assert set(targets) == {page_url(nodegroup)}
+    assert {target.partition("?")[0] for target in targets} == {page_url(nodegroup)}
     assert f'name="next" value="{page_url(nodegroup)}"' in html or "watch-leases" not in html
     # What those refreshes GET answers 200 with the region, never 405.
     for target in ("nks-nodegroup", "resize-progress"):
@@ -125,3 +125,33 @@ def test_a_double_submitted_resize_makes_one_request(
     assert f'href="/clusters/resizes/{created.pk}/"' in html
     assert "Nothing new was sent." in html
     assert len(callbacks) == 1
+
+
+def test_the_progress_poll_answers_no_content_until_the_progress_changes(
+    nodegroup: NksNodegroup, operator_client: Client
+) -> None:
+    # The progress box sits in a live region: the same words swapped in every 2 s would be
+    # read out every 2 s, so an unchanged box answers 204, which htmx does not swap.
+    operator_client.post(f"{page_url(nodegroup)}resize/", {"node_count": "5", "reason": "a"})
+    html = operator_client.get(page_url(nodegroup)).content.decode()
+    [poll] = re.findall(r'<section id="resize-progress" hx-get="([^"]*)"', html)
+
+    def ask() -> Any:
+        return operator_client.get(poll, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="resize-progress")
+
+    unchanged = ask()
+    assert unchanged.status_code == 204 and unchanged.content == b""
+    ResizeRequest.objects.update(state=ResizeState.SUBMITTED)
+    changed = ask()
+    assert changed.status_code == 200
+    box = changed.content.decode()
+    assert 'data-resize-state="submitted"' in box
+    # The new box asks with its own version: unchanged again from here.
+    [next_poll] = re.findall(r'hx-get="([^"]*)"', box)
+    assert next_poll != poll
+    assert (
+        operator_client.get(
+            next_poll, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="resize-progress"
+        ).status_code
+        == 204
+    )
