@@ -9,6 +9,8 @@
    updates the winner's row. A short lock in caches["locks"] keeps evaluations from running
    side by side at all, so grouping decisions are made by one process at a time.
 2. `alerts.notifications.plan_notifications` then turns incidents into mail rows.
+3. `alerts.expiry_schedule` queues the next evaluation for the moment the next lease alert
+   becomes due, so it is not left to the next tick (Celery runs only, `dispatch`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from alerts.conditions import (
     message_json,
 )
 from alerts.events import clip, incident_event
+from alerts.expiry_schedule import schedule_next_evaluation
 from alerts.lease_rules import stale_kube_cluster_names
 from alerts.models import (
     EvaluatorStatus,
@@ -85,8 +88,8 @@ def run_evaluation(
 ) -> EvaluationSummary | None:
     """Evaluate every rule once and plan the mail that is due; None if another run is busy.
 
-    `dispatch`: queue a send task per new notification once committed (the beat task);
-    `check_alerts` sends in the foreground instead.
+    `dispatch`: queue a send task per new notification once committed, and an evaluation for
+    the next lease due (the Celery tasks); `check_alerts` sends in the foreground instead.
     """
     lock = ExpiringLock(EVALUATION_LOCK, owner=uuid.uuid4().hex, ttl=EVALUATION_LOCK_TTL)
     deadline = time.monotonic() + wait_seconds
@@ -103,6 +106,12 @@ def run_evaluation(
         except Exception as exc:
             logger.exception("alerts: planning notifications failed")
             summary.errors.append(f"planning notifications: {exc}")
+        if dispatch:
+            try:
+                schedule_next_evaluation(moment)
+            except Exception:
+                # The periodic tick still comes: a failed schedule only costs latency.
+                logger.exception("alerts: scheduling the next evaluation failed")
         _record_status(moment, time.monotonic() - started, summary.errors)
         return summary
     finally:

@@ -1,6 +1,6 @@
 """Celery tasks for alerts: a few lines each, taking ids and calling a service.
 
-All three are harmless to run twice: evaluation takes a lock and the database allows one
+All of them are harmless to run twice: evaluation takes a lock and the database allows one
 unresolved incident per key; sending (a mail or a channel message alike) claims its row with
 a conditional update first, so a channel's storm folded by one task is skipped by the others.
 """
@@ -9,13 +9,25 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from alerts import delivery, evaluation
+from alerts import delivery, evaluation, expiry_schedule
+
+# A scheduled evaluation waits this long for a running one to finish: skipping it instead
+# would leave its due moment to the next tick.
+DUE_LOCK_WAIT_SECONDS = 3.0
 
 
 @shared_task(ignore_result=True)
 def evaluate_alerts() -> None:
     """Beat, every ALERT_EVAL_SECONDS: open, update and resolve incidents; plan mail."""
     evaluation.run_evaluation()
+
+
+@shared_task(ignore_result=True)
+def evaluate_due(token: str) -> None:
+    """At a lease's expiry plus grace (see `alerts.expiry_schedule`): evaluate now, unless a
+    newer schedule replaced this one."""
+    if expiry_schedule.is_current(token):
+        evaluation.run_evaluation(wait_seconds=DUE_LOCK_WAIT_SECONDS)
 
 
 @shared_task(ignore_result=True)

@@ -1,0 +1,127 @@
+"""Evaluate at the moment a lease's alert becomes due, not on the next periodic tick.
+
+A leader lease's alert is due at ``expires_at + grace`` (see `alerts.lease_rules.lease_expired`),
+a moment known in advance. After every evaluation, `schedule_next_evaluation` looks up the
+earliest such moment still to come among held leader leases and queues one evaluation for it
+(a Celery task with an ``eta``). The design needs nothing from the ingest (leases never
+imports alerts) and no new process:
+
+* **Why after each evaluation is enough.** A renewal only moves a lease's due moment later. A
+  lease whose leader stops renewing at ``r`` is due at ``r + duration + grace``; the periodic
+  tick (ALERT_EVAL_SECONDS) runs at least once between ``r`` and then whenever
+  ``duration + grace`` exceeds the tick, and that run schedules it. Leases due later than
+  LOOKAHEAD_TICKS ticks ahead are left to a later tick, which will see them again.
+* **Renewals cancel.** Only the newest schedule counts: its token is kept in
+  ``caches["locks"]`` and a scheduled task whose token is no longer there does nothing. A
+  renewal moves the due moment, so the next evaluation replaces the schedule. A schedule that
+  fires anyway (nothing evaluated in between) runs an ordinary evaluation, which is
+  idempotent: a renewed lease opens nothing and mail is planned from incident rows, so an
+  early or extra run never opens early nor mails twice.
+* **Safety net.** Beat's periodic evaluation is unchanged. A broker outage (queueing fails:
+  logged, not raised), a lost task or a killed worker only costs the latency this module
+  saves; the next tick evaluates as before.
+
+What opens is unchanged: the rule decides, this module only picks when it is asked.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.cache import caches
+from django.utils import timezone
+
+from alerts.lease_rules import LEADER_CLASSES
+from alerts.models import Rule
+from alerts.rules import load_rule_configs
+from leases.models import Lease
+
+logger = logging.getLogger(__name__)
+
+SCHEDULE_KEY = "alerts-next-evaluation"
+TASK_NAME = "alerts.tasks.evaluate_due"
+# Dues further ahead than this many ticks wait for a later tick to schedule them.
+LOOKAHEAD_TICKS = 2
+# Fire a moment after the due instant: the rule compares `expires_at + grace <= now`.
+FIRE_AFTER = timedelta(milliseconds=20)
+# A scheduled evaluation that could not run this long after its moment is dropped: by then
+# the periodic tick has done its work.
+LATE_SECONDS = 5.0
+
+
+def next_lease_due(now: datetime) -> datetime | None:
+    """The earliest moment after `now` at which a held leader lease's alert becomes due."""
+    config = load_rule_configs()[Rule.LEASE_EXPIRED]
+    if not config.enabled:
+        return None
+    fixed_grace = config.grace_seconds
+    if fixed_grace is None:
+        fixed_grace = settings.ALERT_LEASE_GRACE_SECONDS
+    horizon = now + timedelta(seconds=LOOKAHEAD_TICKS * settings.ALERT_EVAL_SECONDS)
+    rows = (
+        Lease.objects.live()
+        .filter(
+            lease_class__in=LEADER_CLASSES,
+            cluster__enabled=True,
+            expires_at__isnull=False,
+            expires_at__lte=horizon,
+        )
+        .exclude(holder="")
+        .values_list("expires_at", "lease_duration_seconds")
+    )
+    earliest: datetime | None = None
+    for expires_at, duration in rows:
+        grace = (duration or 0) if fixed_grace is None else fixed_grace
+        due = expires_at + timedelta(seconds=grace)
+        if now < due <= horizon and (earliest is None or due < earliest):
+            earliest = due
+    return earliest
+
+
+def schedule_next_evaluation(now: datetime | None = None) -> datetime | None:
+    """Queue one evaluation for the next lease due (replacing any earlier schedule); returns
+    the moment it will run at, or None when nothing is due soon or queueing failed."""
+    from alerts.tasks import evaluate_due
+
+    if evaluate_due.app.conf.task_always_eager:
+        return None  # tasks run where they are sent: an eta means nothing there
+    moment = now or timezone.now()
+    due = next_lease_due(moment)
+    if due is None:
+        return None
+    cache = caches["locks"]
+    current = cache.get(SCHEDULE_KEY)
+    if isinstance(current, dict) and current.get("due") == due.timestamp():
+        return due  # already queued for this very moment
+    token = uuid.uuid4().hex
+    fire_at = due + FIRE_AFTER
+    timeout = max(1, int((fire_at - moment).total_seconds() + LATE_SECONDS + 1))
+    # Write the token before queueing: a fast worker must find it.
+    cache.set(SCHEDULE_KEY, {"token": token, "due": due.timestamp()}, timeout=timeout)
+    try:
+        # One connection attempt and no publish retries: kombu would otherwise retry
+        # forever, and during a broker outage the evaluation must not stall on the broker.
+        with evaluate_due.app.pool.acquire(block=True, timeout=1) as connection:
+            connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
+            evaluate_due.apply_async(
+                (token,),
+                eta=fire_at,
+                expires=fire_at + timedelta(seconds=LATE_SECONDS),
+                queue="default",
+                connection=connection,
+                retry=False,
+            )
+    except Exception:
+        logger.warning("alerts: could not schedule the evaluation due at %s", due, exc_info=True)
+        cache.delete(SCHEDULE_KEY)
+        return None
+    return due
+
+
+def is_current(token: str) -> bool:
+    """Whether `token` is the newest schedule (a later one supersedes it)."""
+    current = caches["locks"].get(SCHEDULE_KEY)
+    return isinstance(current, dict) and current.get("token") == token
