@@ -1,4 +1,4 @@
-"""The open-incident badge in the navigation, on every page that extends base.html."""
+"""The incidents-needing-attention badge in the navigation, on every page that extends base.html."""
 
 from __future__ import annotations
 
@@ -10,33 +10,35 @@ from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 from django.utils.translation import gettext, ngettext
 
-from alerts.queries import open_incident_counts
+from alerts.queries import attention_counts
 
 
 @dataclass(frozen=True, slots=True)
 class Badge:
+    """Open incidents that need someone: unacknowledged and not silenced."""
+
     count: int
     critical: int
-    unacknowledged: int
 
     @property
     def text(self) -> str:
+        """What the number means, read out as part of the Alerts link's name."""
         if not self.count:
-            return gettext("no open incidents")
+            return gettext("nothing needs attention")
         return ngettext(
-            "%(count)s open incident, %(unacknowledged)s not acknowledged",
-            "%(count)s open incidents, %(unacknowledged)s not acknowledged",
+            "%(count)s needs attention",
+            "%(count)s need attention",
             self.count,
-        ) % {"count": self.count, "unacknowledged": self.unacknowledged}
+        ) % {"count": self.count}
 
 
 def _badge() -> Badge:
     try:
-        return Badge(**open_incident_counts())
+        return Badge(**attention_counts())
     except DatabaseError:
         # The page itself decides what to say about a database outage; the badge is
         # only decoration and must not turn a page into a 500.
-        return Badge(count=0, critical=0, unacknowledged=0)
+        return Badge(count=0, critical=0)
 
 
 def alerts_badge(request: HttpRequest) -> dict[str, Any]:

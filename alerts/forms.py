@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -13,22 +14,28 @@ from django.utils.translation import gettext_lazy as _
 
 from alerts.models import Incident, IncidentState, Rule, Severity
 
-SILENCE_CHOICES = [
-    ("1h", _("1 hour")),
-    ("4h", _("4 hours")),
-    ("8h", _("8 hours")),
-    ("1d", _("1 day")),
-    ("3d", _("3 days")),
-    ("7d", _("1 week")),
+# The one-click choices, offered as buttons on the list and the incident page. Nothing is
+# preselected: the engineer picks how long, or types a custom duration.
+SILENCE_PRESETS = [
+    ("1h", _("1 hour"), timedelta(hours=1)),
+    ("4h", _("4 hours"), timedelta(hours=4)),
+    ("1d", _("1 day"), timedelta(days=1)),
 ]
-SILENCE_DURATIONS = {
-    "1h": timedelta(hours=1),
-    "4h": timedelta(hours=4),
-    "8h": timedelta(hours=8),
-    "1d": timedelta(days=1),
-    "3d": timedelta(days=3),
-    "7d": timedelta(days=7),
-}
+SILENCE_DURATIONS = {value: delta for value, _label, delta in SILENCE_PRESETS}
+SILENCE_MIN = timedelta(minutes=5)
+SILENCE_MAX = timedelta(days=30)
+_CUSTOM = re.compile(r"^\s*(\d{1,5})\s*([mhd])\s*$", re.IGNORECASE)
+_UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
+
+
+def parse_silence_duration(text: str) -> timedelta | None:
+    """A preset ("4h") or a custom "<number><m|h|d>" such as "90m" or "2d"; None otherwise."""
+    if text in SILENCE_DURATIONS:
+        return SILENCE_DURATIONS[text]
+    match = _CUSTOM.match(text)
+    if match is None:
+        return None
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
 def cluster_choices() -> list[tuple[str, str]]:
@@ -85,22 +92,26 @@ class IncidentFilterForm(forms.Form):
 
 
 class SilenceForm(forms.Form):
-    """Rendered field by field on the incident page, with ids ``silence-<field>``."""
+    """`duration` comes from a preset button or the custom field (same name), never a default."""
 
-    duration = forms.ChoiceField(label=_("Silence for"), choices=SILENCE_CHOICES, initial="4h")
-    reason = forms.CharField(
-        required=False,
-        label=_("Reason"),
-        max_length=500,
-        widget=forms.TextInput(attrs={"placeholder": _("e.g. planned maintenance")}),
-    )
+    duration = forms.CharField(label=_("Custom duration"), max_length=20)
+    reason = forms.CharField(required=False, label=_("Reason"), max_length=500)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("auto_id", "silence-%s")
-        super().__init__(*args, **kwargs)
+    def clean_duration(self) -> timedelta:
+        delta = parse_silence_duration(self.cleaned_data["duration"])
+        if delta is None:
+            raise forms.ValidationError(
+                gettext("Give a duration such as 30m, 2h or 3d."), code="invalid"
+            )
+        if not SILENCE_MIN <= delta <= SILENCE_MAX:
+            raise forms.ValidationError(
+                gettext("A silence lasts from 5 minutes to 30 days."), code="range"
+            )
+        return delta
 
     def duration_delta(self) -> timedelta:
-        return SILENCE_DURATIONS[self.cleaned_data["duration"]]
+        duration: timedelta = self.cleaned_data["duration"]
+        return duration
 
 
 class SubscriptionForm(forms.Form):

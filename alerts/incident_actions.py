@@ -24,6 +24,9 @@ from alerts.models import (
 )
 from dashboard.timefmt import mail_moment_text
 
+# Two identical silence requests this close together are one click sent twice.
+DOUBLE_SUBMIT_WINDOW = timedelta(seconds=30)
+
 
 @transaction.atomic
 def acknowledge_incident(incident_id: int, user: AbstractBaseUser) -> bool:
@@ -76,7 +79,22 @@ def silence_incident(
     A new silence replaces the key's active one (ends it now), so the page always shows one.
     """
     now = timezone.now()
-    incident = Incident.objects.get(pk=incident_id)
+    # The row lock orders two silences of one incident, so the check below sees the other's.
+    incident = Incident.objects.select_for_update().get(pk=incident_id)
+    repeat = (
+        Silence.objects.active(now)
+        .filter(
+            key=incident.key,
+            created_by=user,
+            reason=clip(reason.strip(), 500),
+            created_at__gte=now - DOUBLE_SUBMIT_WINDOW,
+        )
+        .order_by("-created_at")
+        .first()
+    )
+    if repeat is not None and repeat.ends_at - repeat.starts_at == duration:
+        # A double click (or a resent form): the silence it asks for is already in place.
+        return repeat
     Silence.objects.active(now).filter(key=incident.key).update(ends_at=now)
     silence = Silence.objects.create(
         key=incident.key,

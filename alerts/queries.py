@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
+from django.utils import timezone
 
 from alerts.models import (
     AlertSubscription,
@@ -94,12 +95,18 @@ def subscription_of(user: Any) -> AlertSubscription | None:
     return AlertSubscription.objects.filter(user=user).first()
 
 
-def open_incident_counts() -> dict[str, int]:
-    """For the navigation badge: open incidents, critical ones, unacknowledged ones."""
-    counts = Incident.objects.filter(state=IncidentState.FIRING).aggregate(
-        count=Count("id"),
-        critical=Count("id", filter=Q(severity=Severity.CRITICAL)),
-        unacknowledged=Count("id", filter=Q(acknowledged_at__isnull=True)),
+def attention_counts(now: datetime | None = None) -> dict[str, int]:
+    """For the navigation badge, in one query: open incidents that nobody acknowledged and
+    no silence covers (those still need someone), and how many of them are critical."""
+    now = now or timezone.now()
+    silenced = Silence.objects.active(now).filter(key=OuterRef("key"))
+    counts = (
+        Incident.objects.filter(state=IncidentState.FIRING, acknowledged_at__isnull=True)
+        .exclude(Exists(silenced))
+        .aggregate(
+            count=Count("id"),
+            critical=Count("id", filter=Q(severity=Severity.CRITICAL)),
+        )
     )
     return {key: int(value or 0) for key, value in counts.items()}
 

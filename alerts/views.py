@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+
 from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -10,15 +13,20 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext
-from django.views.decorators.http import require_POST
 
 from alerts import incident_actions
-from alerts.forms import IncidentFilterForm, SilenceForm, SubscriptionForm
+from alerts.forms import SILENCE_PRESETS, IncidentFilterForm, SilenceForm, SubscriptionForm
 from alerts.models import Severity
 from alerts.presenters.incident_detail import incident_detail
 from alerts.presenters.incident_list import incident_tables
 from alerts.queries import IncidentFilters, incident_exists, subscription_of
 from dashboard.htmx import render_page
+
+ActionView = Callable[[HttpRequest, int], HttpResponse]
+
+
+def _presets() -> list[tuple[str, str]]:
+    return [(value, str(label)) for value, label, _delta in SILENCE_PRESETS]
 
 
 def incident_list(request: HttpRequest) -> HttpResponse:
@@ -32,6 +40,7 @@ def incident_list(request: HttpRequest) -> HttpResponse:
             "form": form,
             "filters": filters,
             "tables": incident_tables(filters, timezone.now()),
+            "silence_presets": _presets(),
         },
     )
 
@@ -43,13 +52,13 @@ def incident_page(request: HttpRequest, incident_id: int) -> HttpResponse:
     return render_page(
         request,
         "alerts/incident_detail.html",
-        {"detail": detail, "silence_form": SilenceForm()},
+        {"detail": detail, "silence_presets": _presets()},
     )
 
 
 def _back(request: HttpRequest, incident_id: int) -> HttpResponse:
-    """See other: the page the action came from, or the incident. htmx follows it and gets
-    the region it targets, since render_page answers by HX-Target."""
+    """See other: the page the action came from (its `next`, fragment included, so the browser
+    lands on the row or the actions), or the incident."""
     target = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
@@ -58,6 +67,23 @@ def _back(request: HttpRequest, incident_id: int) -> HttpResponse:
     response = HttpResponseRedirect(target)
     response.status_code = 303
     return response
+
+
+def _action(view: ActionView) -> ActionView:
+    """POST acts. Any other method (a reload, a bookmarked or pasted action URL) is sent to
+    the incident instead of a 405 page: there is nothing to do, but somewhere to be."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, incident_id: int) -> HttpResponse:
+        if request.method != "POST":
+            _require_incident(incident_id)
+            return HttpResponseRedirect(
+                reverse("alerts:incident", args=[incident_id]) + "#incident-actions"
+            )
+        _require_incident(incident_id)
+        return view(request, incident_id)
+
+    return wrapper
 
 
 def _tell(request: HttpRequest, level: int, text: str) -> None:
@@ -71,9 +97,8 @@ def _require_incident(incident_id: int) -> None:
         raise Http404(gettext("No such incident"))
 
 
-@require_POST
+@_action
 def acknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
-    _require_incident(incident_id)
     if incident_actions.acknowledge_incident(incident_id, request.user):
         _tell(
             request,
@@ -85,20 +110,19 @@ def acknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
     return _back(request, incident_id)
 
 
-@require_POST
+@_action
 def unacknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
-    _require_incident(incident_id)
     if incident_actions.unacknowledge_incident(incident_id, request.user):
         _tell(request, messages.SUCCESS, gettext("Acknowledgement withdrawn: reminders resume."))
     return _back(request, incident_id)
 
 
-@require_POST
+@_action
 def silence(request: HttpRequest, incident_id: int) -> HttpResponse:
-    _require_incident(incident_id)
     form = SilenceForm(request.POST)
     if not form.is_valid():
-        _tell(request, messages.ERROR, gettext("Choose how long to silence it for."))
+        errors = form.errors.get("duration") or [gettext("Choose how long to silence it for.")]
+        _tell(request, messages.ERROR, " ".join(str(error) for error in errors))
         return _back(request, incident_id)
     ends = incident_actions.silence_incident(
         incident_id, request.user, form.duration_delta(), form.cleaned_data["reason"]
@@ -115,9 +139,8 @@ def silence(request: HttpRequest, incident_id: int) -> HttpResponse:
     return _back(request, incident_id)
 
 
-@require_POST
+@_action
 def unsilence(request: HttpRequest, incident_id: int) -> HttpResponse:
-    _require_incident(incident_id)
     if incident_actions.end_silence(incident_id, request.user):
         _tell(request, messages.SUCCESS, gettext("Silence ended: mail about it resumes."))
     return _back(request, incident_id)

@@ -18,6 +18,7 @@ from alerts.models import (
     NotificationKind,
     Rule,
 )
+from alerts.presenters.incident_links import incident_links
 from alerts.presenters.incident_list import IncidentRow, incident_row
 from alerts.queries import active_silences
 from alerts.rules import RULE_SPECS
@@ -67,13 +68,19 @@ class SilenceInfo:
 
 
 @dataclass(slots=True)
+class ListedItem:
+    text: str
+    url: str = ""  # a node's page, when the item is a node that exists
+
+
+@dataclass(slots=True)
 class IncidentDetail:
     row: IncidentRow
     is_open: bool
     rule_summary: str
     facts: list[FactRow]
     items_label: str
-    items: list[str]
+    items: list[ListedItem]
     items_total: int
     items_more: int
     link: str
@@ -134,7 +141,7 @@ def incident_detail(incident_id: int, now: datetime) -> IncidentDetail | None:
     if incident is None:
         return None
     silence = active_silences(now, [incident.key]).get(incident.key)
-    row = incident_row(incident, now, silence)
+    row = incident_row(incident, now, silence, incident_links([incident])[incident.pk])
     notifications = [
         notification_row(notification, now)
         for notification in incident.notifications.order_by("created_at", "id")
@@ -167,6 +174,8 @@ def incident_detail(incident_id: int, now: datetime) -> IncidentDetail | None:
     timeline.sort(key=lambda entry: entry.at.iso)
     details = incident.details or {}
     shown = incident.display_items(ITEMS_ON_PAGE)
+    raw = [str(item) for item in details.get("items", [])][:ITEMS_ON_PAGE]
+    node_urls = {link.name: link.url for link in row.links if link.kind == "node"}
     total = int(details.get("items_total", len(details.get("items", []))) or 0)
     return IncidentDetail(
         row=row,
@@ -174,7 +183,10 @@ def incident_detail(incident_id: int, now: datetime) -> IncidentDetail | None:
         rule_summary=str(RULE_SPECS[Rule(incident.rule)].summary),
         facts=_fact_rows(incident.display_facts(), now),
         items_label=incident.display_items_label,
-        items=shown,
+        items=[
+            ListedItem(text, node_urls.get(raw[index], "") if index < len(raw) else "")
+            for index, text in enumerate(shown)
+        ],
         items_total=total,
         items_more=max(total - len(shown), 0),
         link=incident.link,

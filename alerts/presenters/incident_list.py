@@ -18,12 +18,14 @@ from alerts.models import (
     Silence,
     severity_rank,
 )
+from alerts.presenters.incident_links import ObjectLink, incident_links
 from alerts.queries import IncidentFilters, active_silences, filter_incidents
 from alerts.rules import RULE_SPECS
 from dashboard.timefmt import When, format_duration, iso_js, when
 
 RESOLVED_LIMIT = 50
 RESOLVED_FILTERED_LIMIT = 200
+COMPACT_NODES = 3  # node links in a list row; the incident page has them all
 
 
 @dataclass(slots=True)
@@ -48,6 +50,26 @@ class IncidentRow:
     acknowledged: When | None
     silenced_until: When | None
     hold: str
+    links: list[ObjectLink] = field(default_factory=list)
+
+    @property
+    def is_open(self) -> bool:
+        return self.state == IncidentState.FIRING
+
+    @property
+    def anchor(self) -> str:
+        """The row's id on the list: actions come back to it (focused, tabindex=-1)."""
+        return f"incident-{self.id}"
+
+    @property
+    def compact_links(self) -> list[ObjectLink]:
+        """The list's links: every kind, but only the first few of many nodes."""
+        nodes = [link for link in self.links if link.kind == "node"][:COMPACT_NODES]
+        return [link for link in self.links if link.kind != "node" or link in nodes]
+
+    @property
+    def more_links(self) -> int:
+        return len(self.links) - len(self.compact_links)
 
 
 @dataclass(slots=True)
@@ -70,7 +92,12 @@ class IncidentTables:
     rules: list[tuple[str, str]] = field(default_factory=list)
 
 
-def incident_row(incident: Incident, now: datetime, silence: Silence | None) -> IncidentRow:
+def incident_row(
+    incident: Incident,
+    now: datetime,
+    silence: Silence | None,
+    links: list[ObjectLink] | None = None,
+) -> IncidentRow:
     since = when(incident.since, now)
     last_seen = when(incident.last_seen_at, now)
     assert since is not None and last_seen is not None  # required fields
@@ -96,6 +123,7 @@ def incident_row(incident: Incident, now: datetime, silence: Silence | None) -> 
         acknowledged=when(incident.acknowledged_at, now),
         silenced_until=when(silence.ends_at, now) if silence else None,
         hold=str(incident.get_hold_display()) if incident.hold else "",
+        links=links or [],
     )
 
 
@@ -126,10 +154,12 @@ def incident_tables(filters: IncidentFilters, now: datetime) -> IncidentTables:
         if show_resolved
         else []
     )
-    silences = active_silences(now, {i.key for i in open_incidents})
+    # A resolved incident's key may still be silenced (the silence outlives it): shown too.
+    silences = active_silences(now, {i.key for i in [*open_incidents, *resolved]})
+    links = incident_links([*open_incidents, *resolved])
     return IncidentTables(
-        open=[incident_row(i, now, silences.get(i.key)) for i in open_incidents],
-        resolved=[incident_row(i, now, None) for i in resolved],
+        open=[incident_row(i, now, silences.get(i.key), links[i.pk]) for i in open_incidents],
+        resolved=[incident_row(i, now, silences.get(i.key), links[i.pk]) for i in resolved],
         resolved_limit=limit,
         evaluator=evaluator_info(now),
         server_now=iso_js(now),
