@@ -15,11 +15,11 @@ from functools import reduce
 from operator import or_
 
 from django.db.models import Q
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext
 
 from alerts.models import Incident, Rule
-from dashboard.links import lease_url
+from dashboard.links import lease_url, path_segment
 from leases.models import KubeCluster, Lease, Node
 from nks.models import NksCluster, NksNodegroup
 
@@ -85,6 +85,19 @@ def _wants(incident: Incident) -> _Wants:
     if not wants.source and incident.cluster:
         wants.source = incident.cluster
     return wants
+
+
+def node_url(prefix: str, cluster: str, name: str) -> str:
+    """The node page's URL; `prefix` is reverse("leases:clusters")."""
+    return f"{prefix}{path_segment(cluster)}/nodes/{path_segment(name)}/"
+
+
+def _reverse(name: str, *args: str) -> str:
+    # NKS names come from the NKS API (untrusted): one its URL pattern refuses gets no link.
+    try:
+        return reverse(name, args=args)
+    except NoReverseMatch:
+        return ""
 
 
 def _any(conditions: list[Q]) -> Q:
@@ -157,6 +170,8 @@ def incident_links(incidents: Sequence[Incident]) -> dict[int, list[ObjectLink]]
     )
 
     lease_prefix = reverse("leases:index")
+    # Node URLs built like lease URLs (a page may link 200 nodes): checked against reverse().
+    node_prefix = reverse("leases:clusters")
     sources_url = reverse("leases:clusters")
     links: dict[int, list[ObjectLink]] = {}
     for incident_id, (want, cluster) in wants.items():
@@ -170,24 +185,16 @@ def incident_links(incidents: Sequence[Incident]) -> dict[int, list[ObjectLink]]
             )
         if want.nks_cluster and want.nks_cluster in found_nks:
             uuid = found_nks[want.nks_cluster]
-            out.append(
-                ObjectLink(
-                    "nks_cluster",
-                    gettext("NKS cluster"),
-                    want.nks_cluster[1],
-                    reverse("nks:cluster", args=[uuid]),
+            url = _reverse("nks:cluster", uuid)
+            if url:
+                out.append(
+                    ObjectLink("nks_cluster", gettext("NKS cluster"), want.nks_cluster[1], url)
                 )
-            )
         if want.nodegroup and want.nodegroup in found_groups:
             uuid = found_groups[want.nodegroup]
-            out.append(
-                ObjectLink(
-                    "nodegroup",
-                    gettext("Nodegroup"),
-                    want.nodegroup[2],
-                    reverse("nks:nodegroup", args=[uuid, want.nodegroup[2]]),
-                )
-            )
+            url = _reverse("nks:nodegroup", uuid, want.nodegroup[2])
+            if url:
+                out.append(ObjectLink("nodegroup", gettext("Nodegroup"), want.nodegroup[2], url))
         for name in want.nodes:
             if (cluster, name) in found_nodes:
                 out.append(
@@ -195,7 +202,7 @@ def incident_links(incidents: Sequence[Incident]) -> dict[int, list[ObjectLink]]
                         "node",
                         gettext("Node"),
                         name,
-                        reverse("leases:node", args=[cluster, name]),
+                        node_url(node_prefix, cluster, name),
                     )
                 )
         if want.source and want.source in found_sources:
