@@ -25,6 +25,16 @@ from dashboard.htmx import render_page
 ActionView = Callable[[HttpRequest, int], HttpResponse]
 
 
+# Where focus goes on the next render of the page an action came back to: the row it was
+# taken on (list) or the incident's actions. Kept in the session for one render, because the
+# redirect's fragment never reaches the server and htmx does not follow fragments.
+FOCUS_KEY = "alerts_focus"
+
+
+def _focus(request: HttpRequest) -> str:
+    return str(request.session.pop(FOCUS_KEY, ""))
+
+
 def _presets() -> list[tuple[str, str]]:
     return [(value, str(label)) for value, label, _delta in SILENCE_PRESETS]
 
@@ -41,6 +51,7 @@ def incident_list(request: HttpRequest) -> HttpResponse:
             "filters": filters,
             "tables": incident_tables(filters, timezone.now()),
             "silence_presets": _presets(),
+            "focus": _focus(request),
         },
     )
 
@@ -52,7 +63,7 @@ def incident_page(request: HttpRequest, incident_id: int) -> HttpResponse:
     return render_page(
         request,
         "alerts/incident_detail.html",
-        {"detail": detail, "silence_presets": _presets()},
+        {"detail": detail, "silence_presets": _presets(), "focus": _focus(request)},
     )
 
 
@@ -64,6 +75,8 @@ def _back(request: HttpRequest, incident_id: int) -> HttpResponse:
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
         target = reverse("alerts:incident", args=[incident_id])
+    _, _, fragment = target.partition("#")
+    request.session[FOCUS_KEY] = fragment or "incident-actions"
     response = HttpResponseRedirect(target)
     response.status_code = 303
     return response
@@ -87,9 +100,9 @@ def _action(view: ActionView) -> ActionView:
 
 
 def _tell(request: HttpRequest, level: int, text: str) -> None:
-    # htmx swaps a region only; a message would surface on some later page, out of context.
-    if not request.htmx:
-        messages.add_message(request, level, text)
+    # A full page shows it in base.html's role="status" list; an htmx swap puts it into the
+    # page's own status region, out of band (the region it swaps is read, not announced).
+    messages.add_message(request, level, text)
 
 
 def _require_incident(incident_id: int) -> None:

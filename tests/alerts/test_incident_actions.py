@@ -229,3 +229,44 @@ def test_an_action_answers_an_outside_next_with_the_incident(
         {"duration": "1h", "next": "https://evil.example/#incident-1"},
     )
     assert response["Location"] == f"/alerts/{incident.pk}/"
+
+
+@pytest.mark.parametrize("place", ["list", "page"])
+def test_after_an_action_the_row_or_the_actions_get_focus_once(
+    clock: Clock, client_in: Client, place: str
+) -> None:
+    incident = make_incident()
+    url, back = places(incident)[place]
+    target = f"incident-{incident.pk}" if place == "list" else "incident-actions"
+    client_in.post(f"/alerts/{incident.pk}/acknowledge/", {"next": back})
+
+    html = page(client_in, url)
+    assert f'id="{target}" tabindex="-1" autofocus' in html
+    assert "autofocus" not in page(client_in, url), "only the render right after the action"
+
+
+@pytest.mark.parametrize("place", ["list", "page"])
+def test_an_htmx_action_swaps_the_region_focuses_and_announces(
+    clock: Clock, client_in: Client, place: str
+) -> None:
+    incident = make_incident()
+    url, back = places(incident)[place]
+    region = "incidents" if place == "list" else "incident-detail"
+    htmx = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": region}
+    response = client_in.post(
+        f"/alerts/{incident.pk}/silence/", {"duration": "1h", "next": back}, **htmx
+    )
+    assert response.status_code == 303
+
+    # What htmx's request gets after following the redirect: the region, not the page.
+    html = client_in.get(url, **htmx).content.decode()
+    assert html.lstrip().startswith(f'<section id="{region}"' if place == "list" else "<div")
+    assert f'id="{region}"' in html
+    assert "autofocus" in html
+    status = re.search(r'<div id="incident-status" hx-swap-oob="innerHTML">(.*?)</div>', html)
+    assert status and "Silenced until" in status.group(1)
+    assert 'id="nav-alerts-badge"' in html and 'hx-swap-oob="true"' in html
+    # The page itself carries the empty live region the message is swapped into.
+    assert '<div id="incident-status" class="incident-status" role="status"></div>' in page(
+        client_in, url
+    )
