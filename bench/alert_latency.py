@@ -10,7 +10,8 @@ The real pipeline, as `make run` and production run it:
     times a second by a "leader" thread;
   * Celery as separate processes: beat, a `watch` worker whose watchers stream the ten
     clusters' leases, and a `default` worker that runs the alert evaluation every
-    ALERT_EVAL_SECONDS (5) and the send tasks;
+    ALERT_EVAL_SECONDS (5), the evaluations scheduled for a lease's expiry plus grace
+    (`alerts.expiry_schedule`) and the send tasks;
   * an aiosmtpd server here, which notes when each e-mail arrives.
 Then each leader stops renewing, staggered by 0.5 s so the ten expiries fall at different
 points of the evaluation cycle. The lease expires 3 s after its last renewal and the rule's
@@ -19,8 +20,11 @@ when the e-mail reaches the SMTP server. Ten clusters, so each lease is its clus
 incident and grouping (ALERT_GROUP_SECONDS) does not hold any of them back.
 
 Printed: each run's latency, split into evaluation delay (expiry + grace -> incident opened)
-and mail delay (opened -> arrived), then p50 and max. Target (issue #5): max <=
-ALERT_EVAL_SECONDS + 5 s.
+and mail delay (opened -> arrived), then p50, p90 and max, and the e-mail count. Target
+(issue #13, with Redis): p50 <= 2 s and max <= 3.5 s, exactly one e-mail per lease (none
+extra, none missed). Issue #5's target was max <= ALERT_EVAL_SECONDS + 5 s; with the
+periodic tick alone the evaluation delay is spread over the whole tick (p50 2.5-3 s, max
+about 5 s here).
 
 Without DATABASE_URL it uses SQLite, and without REDIS_URL kombu's filesystem broker, both
 in a temporary folder. With DATABASE_URL it creates and drops its own database
@@ -55,6 +59,9 @@ DURATION = 3  # leaseDurationSeconds; the default grace is one more of it
 RENEW_EVERY = 0.25
 STAGGER = 0.5
 EVAL_SECONDS = 5
+# Issue #13: from expiry plus grace to the e-mail at the SMTP server.
+TARGET_P50 = 2.0
+TARGET_MAX = 3.5
 TOKEN = "bench-alert-latency-token"
 BENCH_DATABASE = "bench_alert_latency"
 RECIPIENT = "oncall@example.org"
@@ -341,16 +348,19 @@ def main() -> None:
         others = [
             subject for subject in inbox.subjects if not subject.startswith("[FIRING] bench-")
         ]
-        target = EVAL_SECONDS + 5
-        worst = max(latencies)
+        worst, median = max(latencies), statistics.median(latencies)
+        p90 = statistics.quantiles(latencies, n=10, method="inclusive")[-1]
+        met = median <= TARGET_P50 and worst <= TARGET_MAX
         print(
-            f"p50 {statistics.median(latencies):.2f} s, max {worst:.2f} s over {LEASES} runs; "
-            f"target max <= ALERT_EVAL_SECONDS + 5 s = {target} s: "
-            f"{'met' if worst <= target else 'NOT met'}"
+            f"p50 {median:.2f} s, p90 {p90:.2f} s, max {worst:.2f} s over {LEASES} runs; "
+            f"target p50 <= {TARGET_P50} s and max <= {TARGET_MAX} s: "
+            f"{'met' if met else 'NOT met'}"
         )
         succeeded = True
+        exact = len(inbox.subjects) == LEASES
         print(
-            f"e-mails: {len(inbox.subjects)} ({LEASES} expected"
+            f"e-mails: {len(inbox.subjects)} ({LEASES} expected: "
+            f"{'none extra, none missed' if exact else 'NOT one each'}"
             f"{'; others: ' + ', '.join(others) if others else ''}); "
             f"finished {datetime.now(UTC):%H:%M:%S} UTC"
         )
