@@ -22,13 +22,12 @@ class Badge:
 
     @property
     def text(self) -> str:
-        """What the number means, read out as part of the Alerts link's name (hence the
-        leading comma: "Alerts, 3 need attention")."""
+        """What the number means; read out after "Alerts," as part of the link's name."""
         if not self.count:
-            return gettext(", nothing needs attention")
+            return gettext("nothing needs attention")
         return ngettext(
-            ", %(count)s needs attention",
-            ", %(count)s need attention",
+            "%(count)s needs attention",
+            "%(count)s need attention",
             self.count,
         ) % {"count": self.count}
 

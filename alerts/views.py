@@ -15,7 +15,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext
 
 from alerts import incident_actions
-from alerts.forms import SILENCE_PRESETS, IncidentFilterForm, SilenceForm, SubscriptionForm
+from alerts.forms import IncidentFilterForm, SilenceForm, SubscriptionForm
 from alerts.models import Severity
 from alerts.presenters.incident_detail import incident_detail
 from alerts.presenters.incident_list import incident_tables
@@ -35,10 +35,6 @@ def _focus(request: HttpRequest) -> str:
     return str(request.session.pop(FOCUS_KEY, ""))
 
 
-def _presets() -> list[tuple[str, str]]:
-    return [(value, str(label)) for value, label, _delta in SILENCE_PRESETS]
-
-
 def incident_list(request: HttpRequest) -> HttpResponse:
     form = IncidentFilterForm(request.GET)
     form.is_valid()  # invalid parameters are shown as errors; the valid ones still apply
@@ -50,7 +46,6 @@ def incident_list(request: HttpRequest) -> HttpResponse:
             "form": form,
             "filters": filters,
             "tables": incident_tables(filters, timezone.now()),
-            "silence_presets": _presets(),
             "focus": _focus(request),
         },
     )
@@ -63,7 +58,7 @@ def incident_page(request: HttpRequest, incident_id: int) -> HttpResponse:
     return render_page(
         request,
         "alerts/incident_detail.html",
-        {"detail": detail, "silence_presets": _presets(), "focus": _focus(request)},
+        {"detail": detail, "focus": _focus(request)},
     )
 
 

@@ -82,13 +82,13 @@ def test_the_badge_is_one_query(clock: Clock, engineer: Any) -> None:
 def test_the_badge_gives_the_alerts_link_its_spoken_name(clock: Clock, client_in: Client) -> None:
     empty = badge_html(client_in)
     assert " hidden>" in empty
-    assert 'aria-label=", nothing needs attention"' in empty
+    assert 'aria-label=", nothing needs attention" title="nothing needs attention"' in empty
 
     for n in range(3):
         make_incident(f"lease_expired:prod/a/{n}")
     html = badge_html(client_in)
     assert 'class="nav-badge nav-badge-critical"' in html
-    assert 'role="img" aria-label=", 3 need attention"' in html
+    assert 'role="img" aria-label=", 3 need attention" title="3 need attention"' in html
     assert html.endswith(">3</span>")
     assert " hidden>" not in html
 
