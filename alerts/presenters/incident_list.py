@@ -57,6 +57,11 @@ class IncidentRow:
         return self.state == IncidentState.FIRING
 
     @property
+    def object_links(self) -> list[ObjectLink]:
+        """The incident page's links; its nodes are linked in the list of items instead."""
+        return [link for link in self.links if link.kind != "node"]
+
+    @property
     def anchor(self) -> str:
         """The row's id on the list: actions come back to it (focused, tabindex=-1)."""
         return f"incident-{self.id}"
