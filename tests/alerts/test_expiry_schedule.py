@@ -75,6 +75,28 @@ def test_the_next_due_moment_is_the_earliest_expiry_plus_grace_of_a_held_leader_
     assert expiry_schedule.next_lease_due(NOW) is None
 
 
+def test_leaders_of_one_cluster_due_close_together_are_evaluated_together_and_mailed_once(
+    clock: Clock, private_broker: None, mailoutbox: list[mail.EmailMessage]
+) -> None:
+    prod, staging = make_cluster("prod"), make_cluster("staging")
+    make_lease(prod, "kube-scheduler", renewed_ago=1, duration=3)  # due NOW+5
+    make_lease(prod, "kube-controller-manager", renewed_ago=0, duration=3)  # NOW+6
+    make_lease(prod, "cloud-controller-manager", renewed_ago=0, duration=4)  # NOW+8
+    make_lease(staging, "kube-scheduler", renewed_ago=0.5, duration=3)  # NOW+5.5
+
+    # The second prod leader, 1 s after the first: both at NOW+6. The third, 3 s after the
+    # first, and the other cluster's leader do not hold the first one back.
+    assert expiry_schedule.next_lease_due(NOW) == NOW + timedelta(seconds=6)
+
+    clock.advance(6)
+    evaluate(prod, staging)
+    assert Incident.objects.filter(cluster="prod", state=IncidentState.FIRING).count() == 2
+    assert sorted(message.subject for message in mailoutbox) == [
+        "[FIRING] prod: kube-system/kube-scheduler lease expired (+1 more)",
+        "[FIRING] staging: kube-system/kube-scheduler lease expired",
+    ]
+
+
 def test_a_disabled_cluster_schedules_nothing(clock: Clock) -> None:
     make_lease(make_cluster("prod", enabled=False), "kube-scheduler", renewed_ago=1, duration=3)
     assert expiry_schedule.next_lease_due(NOW) is None
