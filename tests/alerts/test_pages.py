@@ -135,9 +135,10 @@ def test_the_navigation_badge_counts_open_incidents_on_every_page(
 ) -> None:
     html = text(client_in, "/")
     assert (
-        '<span id="nav-alerts-badge" class="nav-badge" title="no open incidents" hidden>0</span>'
-        in html
-    )
+        '<span id="nav-alerts-badge" class="nav-badge" role="img" '
+        'aria-label=", nothing needs attention" title="nothing needs attention" '
+        'data-attention="0" hidden>0</span>'
+    ) in html
 
     make_incident()
     make_incident(
@@ -146,7 +147,8 @@ def test_the_navigation_badge_counts_open_incidents_on_every_page(
     html = text(client_in, "/leases/")
     assert (
         '<span id="nav-alerts-badge" class="nav-badge nav-badge-critical" '
-        'title="2 open incidents, 2 not acknowledged">2</span>'
+        'role="img" aria-label=", 2 need attention" title="2 need attention" '
+        'data-attention="2">2</span>'
     ) in html
 
 
@@ -259,7 +261,9 @@ def test_actions_need_a_post_a_login_and_an_existing_incident(
     clock: Clock, client: Client, client_in: Client
 ) -> None:
     incident = make_incident()
-    assert client_in.get(f"/alerts/{incident.pk}/acknowledge/").status_code == 405
+    response = client_in.get(f"/alerts/{incident.pk}/acknowledge/")
+    assert response.status_code == 302
+    assert response["Location"] == f"/alerts/{incident.pk}/#incident-actions"
     assert client_in.post("/alerts/999/acknowledge/").status_code == 404
     assert client_in.get("/alerts/999/").status_code == 404
     client_in.logout()

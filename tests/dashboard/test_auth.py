@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from io import StringIO
 
 import pytest
@@ -41,8 +42,10 @@ def test_logging_in_shows_the_shell_with_its_navigation(client: Client, engineer
     )
     assert response.status_code == 200
     html = response.content.decode()
-    for label in ("Overview", "Leases", "Clusters", "Alerts"):
+    for label in ("Overview", "Leases", "Clusters"):
         assert f">{label}</a>" in html
+    # The open-incident badge sits inside the Alerts link, so it is part of the link's name.
+    assert re.search(r'>Alerts\s*<span id="nav-alerts-badge"[^>]*>0</span>\s*</a>', html)
     assert 'aria-current="page">Overview' in html
     assert 'hx-headers=\'{"X-CSRFToken": "' in html
     assert "/static/django-htmx/" in html or "htmx" in html
