@@ -220,9 +220,6 @@ def test_the_error_summary_links_read_in_korean(
     assert " ".join("".join(legend.text).split()) == "삭제할 노드 (스케일 인 시)"
 
 
-# The title is a new text: its Korean is in /tmp/ko_resize.po until the lead merges the
-# catalog (tests/test_translations.py fails on it until then). Remove this mark after that.
-@pytest.mark.xfail(reason="Korean for the new title arrives with the merged catalog", strict=False)
 def test_the_error_summary_title_reads_in_korean(
     nodegroup: NksNodegroup, operator_client: Client
 ) -> None:
