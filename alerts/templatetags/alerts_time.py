@@ -3,14 +3,23 @@ microseconds Kubernetes' MicroTime carries (shown on the lease pages) only add n
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django import template
+
+from dashboard.timefmt import local_moment_text
 
 register = template.Library()
 
 
 @register.filter
 def to_second(iso: str) -> str:
-    """`2026-11-29T08:00:13.123456Z` -> `2026-11-29 08:00:13 UTC`."""
-    if len(iso) < 19 or iso[10] != "T":
+    """`2026-11-29T08:00:13.123456Z` -> `2026-11-29 17:00:13 KST` in the reader's zone
+    (`2026-11-29 08:00:13 UTC` for a reader in UTC); the exact value goes in a tooltip."""
+    try:
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except (TypeError, ValueError):
         return iso
-    return f"{iso[:10]} {iso[11:19]} UTC"
+    if moment.tzinfo is None:
+        return iso
+    return local_moment_text(moment)
