@@ -111,6 +111,10 @@ def js_time_words() -> dict[str, str]:
         "resume": gettext("Resume refresh"),
         "refresh_failed": gettext("Refreshing failed; this is old data."),
         "tz_question": gettext("Show times in %(zone)s (your browser's zone)?"),
+        # "Paused at 03:12:09": the clock time is formatted in the browser, in `zone`, the
+        # zone the pages show times in (not the browser's own, which may differ).
+        "paused_at": gettext("Paused at %(time)s"),
+        "zone": timezone.get_current_timezone_name(),
     }
 
 

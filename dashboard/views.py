@@ -19,6 +19,7 @@ from django.views import i18n
 from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError as BrokerError
 
+from alerts.views import FOCUS_KEY
 from dashboard.api import api_view, json_response
 from dashboard.forms import PreferencesForm, TimeZoneOfferForm
 from dashboard.htmx import render_page
@@ -29,12 +30,14 @@ from dashboard.preferences import (
     save_language,
     save_preferences,
 )
+from dashboard.presenters import firing_incidents
 from dashboard.services import can_change_clusters, worker_status
-from leases.presenters.overview import leases_overview
+from leases.presenters.overview import lease_problems, leases_overview
 from nks.presenters.overview import nks_overview
 
 
 def overview(request: HttpRequest) -> HttpResponse:
+    """Top-first: what is firing, leases in trouble, unhealthy NKS, then the summaries."""
     workers = worker_status()
     now = timezone.now()
     return render_page(
@@ -43,9 +46,15 @@ def overview(request: HttpRequest) -> HttpResponse:
         {
             "workers": workers,
             "any_worker_silent": any(queue["silent"] for queue in workers),
-            # Lazy: a refresh of the workers region alone must not run the lease queries.
+            # Lazy: a refresh of one region must not run the queries of the others.
+            "firing": SimpleLazyObject(lambda: firing_incidents(now)),
+            "problems": SimpleLazyObject(lambda: lease_problems(now)),
             "leases": SimpleLazyObject(lambda: leases_overview(now)),
             "nks": SimpleLazyObject(lambda: nks_overview(now)),
+            # An acknowledge or silence taken here comes back focused on its incident
+            # (alerts.views._back keeps the row's anchor for one render). Lazy, so only the
+            # region that shows the incidents takes it.
+            "focus": SimpleLazyObject(lambda: str(request.session.pop(FOCUS_KEY, ""))),
         },
     )
 

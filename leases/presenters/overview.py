@@ -391,3 +391,102 @@ def leases_overview(now: datetime) -> LeasesOverview:
             now, {status.id: status.name for status in statuses if status.enabled}
         ),
     )
+
+
+# The overview's top list of leases in trouble: enough to act on at 3 a.m.; the rest are one
+# link away (the Leases page filtered to the same state), so every lease counted is reachable.
+PROBLEM_LIST_LIMIT = 10
+
+
+@dataclass(slots=True)
+class ProblemLease:
+    url: str
+    cluster: str
+    namespace: str
+    name: str
+    holder: str
+    detail: str
+    expires_js: str = ""
+
+
+@dataclass(slots=True)
+class LeaseProblems:
+    """Expired and flapping leases of every cluster, worst first, and the watchers in trouble."""
+
+    expired: list[ProblemLease]
+    expired_total: int
+    expired_url: str
+    flapping: list[ProblemLease]
+    flapping_total: int
+    flapping_url: str
+    problems: list[ClusterStatus]
+    server_now: str
+    flap_window: str
+    flap_changes: int
+
+    @property
+    def any(self) -> bool:
+        return bool(self.expired_total or self.flapping_total)
+
+
+def lease_problems(now: datetime) -> LeaseProblems:
+    """A fixed number of queries: the watchers, one count, one list each, whatever the size."""
+    prefix = leases_prefix()
+    statuses = cluster_statuses(now)
+    expired_rows = (
+        Lease.objects.live()
+        .filter(expired_condition(now))
+        # Newest expiry first: what just broke is what someone is being paged about.
+        .order_by("-expires_at", "id")
+        .values("id", "namespace", "name", "holder", "expires_at", "cluster__name")
+    )
+    expired_total = expired_rows.count()
+    expired = [
+        ProblemLease(
+            url=lease_url(prefix, row["cluster__name"], row["namespace"], row["name"]),
+            cluster=row["cluster__name"],
+            namespace=row["namespace"],
+            name=row["name"],
+            holder=shorten(row["holder"], HOLDER_DISPLAY_CHARS),
+            detail=expiry_text(LeaseState.EXPIRED, row["expires_at"], now),
+            expires_js=iso_js(row["expires_at"]),
+        )
+        for row in expired_rows[:PROBLEM_LIST_LIMIT]
+    ]
+    policy = flap_policy()
+    window = format_duration(policy.window.total_seconds())
+    flap_rows = most_flapping(now, OVERVIEW_FLAPPING_LIMIT, policy)
+    listed = sorted(flap_rows.items(), key=lambda pair: (-pair[1], pair[0]))[:PROBLEM_LIST_LIMIT]
+    found = {
+        row["id"]: row
+        for row in Lease.objects.filter(pk__in=[pk for pk, _ in listed]).values(
+            "id", "namespace", "name", "holder", "cluster__name"
+        )
+    }
+    flapping = [
+        ProblemLease(
+            url=lease_url(prefix, row["cluster__name"], row["namespace"], row["name"]),
+            cluster=row["cluster__name"],
+            namespace=row["namespace"],
+            name=row["name"],
+            holder=shorten(row["holder"], HOLDER_DISPLAY_CHARS),
+            detail=ngettext(
+                "%(changes)d change in %(window)s", "%(changes)d changes in %(window)s", changes
+            )
+            % {"changes": changes, "window": window},
+        )
+        for pk, changes in listed
+        if (row := found.get(pk)) is not None
+    ]
+    return LeaseProblems(
+        expired=expired,
+        expired_total=expired_total,
+        expired_url=f"{prefix}?{urlencode({'state': LeaseState.EXPIRED})}",
+        flapping=flapping,
+        flapping_total=len(flap_rows),
+        flapping_url=f"{prefix}?{urlencode({'flapping': 'true'})}",
+        problems=[status for status in statuses if status.problem],
+        server_now=iso_js(now),
+        flap_window=window,
+        flap_changes=policy.changes,
+    )

@@ -15,6 +15,7 @@
     ago: "{d} ago", "in": "in {d}", expired_for: "expired for {d}", expired: "expired",
     pause: "Pause refresh", resume: "Resume refresh",
     refresh_failed: "Refreshing failed; this is old data.",
+    paused_at: "Paused at %(time)s", zone: "",
     tz_question: "Show times in %(zone)s (your browser's zone)?"
   };
   (function readWords() {
@@ -67,8 +68,10 @@
 
   function tick() {
     var now = Date.now() + clockOffset;
+    var still = frozenRegions();
     var ages = document.querySelectorAll("[data-age-from]");
     for (var i = 0; i < ages.length; i++) {
+      if (isFrozen(ages[i], still)) continue;
       var from = Date.parse(ages[i].getAttribute("data-age-from"));
       if (isNaN(from)) continue;
       var age = now - from;
@@ -86,6 +89,9 @@
     }
     var countdowns = document.querySelectorAll("[data-expires-at]");
     for (var j = 0; j < countdowns.length; j++) {
+      // A paused region keeps the words of its data's moment: counting down from old data
+      // would turn healthy leases "expired" (issue 13).
+      if (isFrozen(countdowns[j], still)) continue;
       var at = Date.parse(countdowns[j].getAttribute("data-expires-at"));
       if (isNaN(at)) continue;
       var left = at - now;
@@ -100,10 +106,74 @@
 
   function isPaused(id) {
     try {
-      return window.localStorage.getItem(PAUSE_KEY + id) === "1";
+      return window.localStorage.getItem(PAUSE_KEY + id) !== null;
     } catch (e) {
       return false; // storage disabled: never paused
     }
+  }
+
+  // The regions one switch pauses: the one named by it, and those that say data-pause-with
+  // (the overview pauses all of its regions at once).
+  function regionsOf(id) {
+    var regions = [];
+    var own = document.getElementById(id);
+    if (own) regions.push(own);
+    var others = document.querySelectorAll("[data-pause-with]");
+    for (var i = 0; i < others.length; i++) {
+      if (others[i].getAttribute("data-pause-with") === id && others[i] !== own) regions.push(others[i]);
+    }
+    return regions;
+  }
+
+  function regionPaused(region) {
+    return isPaused(region.id) || (region.hasAttribute("data-pause-with") && isPaused(region.getAttribute("data-pause-with")));
+  }
+
+  // Switch id -> the moment (server clock, ms) its regions froze. A region stays frozen from
+  // the pause until the refresh that follows a resume has landed, so nothing ticks on old data.
+  var frozen = {};
+
+  function frozenRegions() {
+    var regions = [];
+    for (var id in frozen) {
+      if (Object.prototype.hasOwnProperty.call(frozen, id)) regions = regions.concat(regionsOf(id));
+    }
+    return regions;
+  }
+
+  function isFrozen(element, regions) {
+    for (var i = 0; i < regions.length; i++) {
+      if (regions[i].contains(element)) return true;
+    }
+    return false;
+  }
+
+  // "Paused at 03:12:09", in the page's language and time zone.
+  function clockText(ms) {
+    var lang = document.documentElement.lang || undefined;
+    var options = { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" };
+    try {
+      if (WORDS.zone) options.timeZone = WORDS.zone;
+      return new Date(ms).toLocaleTimeString(lang, options);
+    } catch (e) {
+      delete options.timeZone;
+      return new Date(ms).toLocaleTimeString(lang, options);
+    }
+  }
+
+  function pausedNote(button) {
+    var id = button.getAttribute("data-refresh-toggle");
+    var note = document.querySelector("[data-paused-note='" + id + "']");
+    if (!note) {
+      // Pages without their own note get one beside the switch; role=status so the change
+      // is announced once, when the switch is pressed.
+      note = document.createElement("span");
+      note.className = "muted";
+      note.setAttribute("data-paused-note", id);
+      note.setAttribute("role", "status");
+      button.insertAdjacentElement("afterend", note);
+    }
+    return note;
   }
 
   // A paused region skips its timed refreshes. htmx asks before each request (htmx:confirm);
@@ -114,7 +184,7 @@
   document.addEventListener("htmx:confirm", function (event) {
     var detail = event.detail || {};
     var region = detail.elt;
-    if (region && region.id && !detail.triggeringEvent && isPaused(region.id)) {
+    if (region && region.id && !detail.triggeringEvent && regionPaused(region)) {
       event.preventDefault();
     }
   });
@@ -124,8 +194,11 @@
     var paused = isPaused(id);
     button.setAttribute("aria-pressed", paused ? "true" : "false");
     button.textContent = paused ? WORDS.resume : WORDS.pause;
-    var region = document.getElementById(id);
-    if (region) region.classList.toggle("paused", paused);
+    var regions = regionsOf(id);
+    for (var i = 0; i < regions.length; i++) regions[i].classList.toggle("paused", paused);
+    var note = pausedNote(button);
+    var text = paused && frozen[id] ? fill(WORDS.paused_at, "%(time)s", clockText(frozen[id])) : "";
+    if (note.textContent !== text) note.textContent = text;
   }
 
   function showToggles() {
@@ -133,23 +206,46 @@
     for (var i = 0; i < buttons.length; i++) showToggle(buttons[i]);
   }
 
+  // Resuming refreshes every region first; ages and countdowns tick again only once the new
+  // data is in (or the attempt failed, which the failure note then says).
+  function resume(id) {
+    var regions = regionsOf(id);
+    var thaw = function () {
+      delete frozen[id];
+      showToggles();
+      tick();
+    };
+    if (!window.htmx || !regions.length) {
+      thaw();
+      return;
+    }
+    var pending = [];
+    for (var i = 0; i < regions.length; i++) {
+      var region = regions[i];
+      var url = region.getAttribute("hx-get");
+      if (!url) continue;
+      var request = window.htmx.ajax("GET", url, { source: region, target: region, swap: "outerHTML" });
+      if (request && request.then) pending.push(request.then(null, function () {}));
+    }
+    if (window.Promise && pending.length) Promise.all(pending).then(thaw, thaw);
+    else thaw();
+  }
+
   document.addEventListener("click", function (event) {
     var button = event.target.closest && event.target.closest("[data-refresh-toggle]");
     if (!button) return;
     var id = button.getAttribute("data-refresh-toggle");
     var pause = !isPaused(id);
+    var moment = Date.now() + clockOffset;
     try {
-      if (pause) window.localStorage.setItem(PAUSE_KEY + id, "1");
+      if (pause) window.localStorage.setItem(PAUSE_KEY + id, String(moment));
       else window.localStorage.removeItem(PAUSE_KEY + id);
     } catch (e) {
       return;
     }
+    if (pause) frozen[id] = moment;
     showToggle(button);
-    var region = document.getElementById(id);
-    if (!pause && region && window.htmx) {
-      // Resuming shows current data now, not at the next tick.
-      window.htmx.ajax("GET", region.getAttribute("hx-get"), { source: region, target: region, swap: "outerHTML" });
-    }
+    if (!pause) resume(id);
   });
 
   // A filter form sends only the filters that are set: URLs stay short and shareable.
@@ -173,6 +269,8 @@
   });
 
   // A failed refresh leaves the old rows in place; say so, so they are not read as current.
+  // The note in the region is for the eye; base.html's polite live region says it once per
+  // failure (it is emptied by the next refresh that works), not on every poll that fails.
   function refreshFailed(event) {
     var region = event.detail && event.detail.elt;
     if (!region || !region.querySelector) return;
@@ -184,9 +282,15 @@
       note.textContent = " " + WORDS.refresh_failed + " ";
       status.insertBefore(note, status.firstChild);
     }
+    var announcer = document.getElementById("refresh-announcer");
+    if (announcer && announcer.textContent !== WORDS.refresh_failed) announcer.textContent = WORDS.refresh_failed;
   }
   document.addEventListener("htmx:responseError", refreshFailed);
   document.addEventListener("htmx:sendError", refreshFailed);
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var announcer = document.getElementById("refresh-announcer");
+    if (announcer && event.detail && event.detail.successful && announcer.textContent) announcer.textContent = "";
+  });
 
   // The browser's time zone, offered once (base.html's banner) when it differs from the zone
   // the pages use; either answer is posted and the server stops offering it.
@@ -211,6 +315,12 @@
   function start() {
     offerTimeZone();
     syncClock(document);
+    // A page loaded while paused shows its data as rendered, and says from when.
+    var buttons = document.querySelectorAll("[data-refresh-toggle]");
+    for (var i = 0; i < buttons.length; i++) {
+      var id = buttons[i].getAttribute("data-refresh-toggle");
+      if (isPaused(id)) frozen[id] = Date.now() + clockOffset;
+    }
     showToggles();
     tick();
     window.setInterval(tick, 1000);
