@@ -1,4 +1,5 @@
-"""The overview's parts that span apps: what is firing now, with its actions."""
+"""The overview's parts that span apps: what is firing now, with its actions, and the NKS
+nodegroups that are down or degraded."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from alerts.models import Incident, IncidentState, severity_rank
 from alerts.presenters.incident_links import incident_links
 from alerts.presenters.incident_list import IncidentRow, incident_row
 from alerts.queries import active_silences
+from nks.models import Health, NksNodegroup
+from nks.presenters.rows import NodegroupRow, nodegroup_row
 
 # Enough for one screen; the rest are one link away on the Alerts page.
 FIRING_LIMIT = 10
+# The NKS list beside them stops at ten clusters; the nodegroups of those are what to look at.
+NODEGROUP_LIMIT = 10
 
 
 @dataclass(slots=True)
@@ -42,3 +47,30 @@ def firing_incidents(now: datetime) -> Firing:
         ],
         total=len(incidents),
     )
+
+
+@dataclass(slots=True)
+class NodegroupAttention:
+    cluster: str
+    row: NodegroupRow
+
+
+def unhealthy_nodegroups(now: datetime) -> list[NodegroupAttention]:
+    """Worker nodegroups judged down or degraded, worst first, in one query.
+
+    A nodegroup whose verdict is unknown is not listed: its cluster is, as unknown, in the
+    NKS list above, and one stale poll should not list every group of it again.
+    """
+    groups = (
+        NksNodegroup.objects.filter(gone_at__isnull=True, cluster__gone_at__isnull=True)
+        .select_related("cluster")
+        .defer("node_addresses", "cluster__node_readiness", "cluster__node_addresses")
+        .order_by("cluster__name", "name")
+    )
+    found = []
+    for group in groups:
+        row = nodegroup_row(group, group.cluster, now)
+        if row.health in (Health.DOWN, Health.DEGRADED):
+            found.append(NodegroupAttention(cluster=group.cluster.name, row=row))
+    found.sort(key=lambda item: item.row.health != Health.DOWN)
+    return found[:NODEGROUP_LIMIT]

@@ -30,7 +30,7 @@ from dashboard.preferences import (
     save_language,
     save_preferences,
 )
-from dashboard.presenters import firing_incidents
+from dashboard.presenters import firing_incidents, unhealthy_nodegroups
 from dashboard.services import can_change_clusters, worker_status
 from leases.presenters.overview import lease_problems, leases_overview
 from nks.presenters.overview import nks_overview
@@ -51,6 +51,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             "problems": SimpleLazyObject(lambda: lease_problems(now)),
             "leases": SimpleLazyObject(lambda: leases_overview(now)),
             "nks": SimpleLazyObject(lambda: nks_overview(now)),
+            "nodegroups": SimpleLazyObject(lambda: unhealthy_nodegroups(now)),
             # An acknowledge or silence taken here comes back focused on its incident
             # (alerts.views._back keeps the row's anchor for one render). Lazy, so only the
             # region that shows the incidents takes it.

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from alerts.models import Severity, Silence
-from tests.alerts.factories import make_account, make_incident, make_nks_cluster
+from tests.alerts.factories import make_account, make_incident, make_nks_cluster, make_nodegroup
 from tests.leases.factories import NOW, make_cluster, make_lease, make_transition
 
 pytestmark = pytest.mark.django_db
@@ -90,6 +90,7 @@ def test_firing_comes_first_then_leases_then_nks_then_the_summaries(
         text.index('id="firing"'),
         text.index('id="lease-problems"'),
         text.index('id="nks-overview"'),
+        text.index('id="nks-nodegroups"'),
         text.index('id="lease-overview"'),
         text.index('id="workers"'),
     ]
@@ -183,6 +184,20 @@ def test_unhealthy_nks_clusters_are_listed(engineer_client: Client) -> None:
     assert "nks-ok" not in nks
 
 
+def test_down_and_degraded_nodegroups_are_listed_with_links(engineer_client: Client) -> None:
+    cluster = make_nks_cluster(make_account(), "nks-prod")
+    make_nodegroup(cluster, "default-worker")
+    make_nodegroup(cluster, "gpu", node_status="NOT_READY_NODE_EXIST", ready=2, not_ready=1)
+    make_nodegroup(cluster, "batch", node_status="ALL_NODES_NOT_READY", ready=0, not_ready=3)
+
+    nks = region(page(engineer_client), "nks-nodegroups").split("</section>", 1)[0]
+
+    listed = nks.split('data-problem="nodegroups"', 1)[1].split("</ul>", 1)[0]
+    assert listed.index("nks-prod/batch") < listed.index("nks-prod/gpu")  # down first
+    assert "default-worker" not in listed
+    assert f'href="/clusters/{cluster.uuid}/nodegroups/gpu/"' in listed
+
+
 def test_each_region_refreshes_alone(engineer_client: Client) -> None:
     _trouble()
 
@@ -199,7 +214,14 @@ def test_each_region_refreshes_alone(engineer_client: Client) -> None:
 def test_every_region_pauses_with_the_one_switch(engineer_client: Client) -> None:
     text = page(engineer_client)
 
-    for region_id in ("firing", "lease-problems", "nks-overview", "lease-overview", "workers"):
+    for region_id in (
+        "firing",
+        "lease-problems",
+        "nks-overview",
+        "nks-nodegroups",
+        "lease-overview",
+        "workers",
+    ):
         tag = re.search(rf'<[a-z]+ id="{region_id}"[^>]*>', text, re.S)
         assert tag and 'data-pause-with="lease-overview"' in tag.group(0), region_id
 
