@@ -6,6 +6,7 @@ The checks read the columns with raw SQL, as an attacker with a database dump wo
 from __future__ import annotations
 
 import threading
+import time
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -210,8 +211,17 @@ def test_a_watcher_with_an_undecryptable_kubeconfig_says_so_and_keeps_running(
             flush_interval=0.05,
             backoff=Backoff(base=0.1, maximum=0.2, auth_base=0.1, auth_maximum=0.2),
         )
-        thread = threading.Thread(target=watcher.run, kwargs={"seconds": 1.0}, daemon=True)
+        thread = threading.Thread(target=watcher.run, kwargs={"seconds": 30.0}, daemon=True)
         thread.start()
+        # Until the watcher has said why it cannot connect (a second on a quiet machine, more
+        # on a busy one), then it is stopped: it keeps retrying, it never gives up.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and thread.is_alive():
+            if KubeCluster.objects.filter(pk=cluster.pk).exclude(last_error="").exists():
+                break
+            time.sleep(0.05)
+        assert thread.is_alive(), "the watcher keeps running"
+        stop.set()
         thread.join(timeout=10)
         assert not thread.is_alive()
     finally:
