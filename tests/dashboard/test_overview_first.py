@@ -272,10 +272,6 @@ def test_the_overview_reads_in_korean_with_the_incident_actions(engineer_client:
     assert "Leases updated" not in problems
 
 
-@pytest.mark.xfail(
-    reason="the Korean of the new headings is in /tmp/ko_overview.po until the lead merges it",
-    strict=False,
-)
 def test_the_new_overview_headings_read_in_korean(engineer_client: Client) -> None:
     _trouble()
 
