@@ -26,6 +26,7 @@ from django.utils.translation import gettext_noop
 from alerts.channels import planning as channel_planning
 from alerts.conditions import RuleConfig
 from alerts.events import incident_event
+from alerts.grouping import groups_due
 from alerts.mail import render_notification
 from alerts.models import (
     AlertSubscription,
@@ -268,18 +269,8 @@ def plan_notifications(now: datetime, *, dispatch: bool = True) -> list[int]:
 
 
 def _plan_grouped(plan: _Plan, kind: NotificationKind, incidents: Sequence[Incident]) -> None:
-    by_group: dict[str, list[Incident]] = defaultdict(list)
-    for incident in incidents:
-        by_group[incident.cluster].append(incident)
-    window = timedelta(seconds=settings.ALERT_GROUP_SECONDS)
-    for group, members in by_group.items():
-        if (
-            window
-            and Notification.objects.filter(
-                kind=kind, group=group, channel__isnull=True, created_at__gt=plan.now - window
-            ).exists()
-        ):
-            continue  # collected into one mail when the window since the last one ends
+    # A cluster still in its window is collected into one mail when the window ends.
+    for group, members in groups_due(kind, incidents, plan.now):
         _create_notifications(plan, kind, group, members)
 
 

@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -226,9 +227,8 @@ def browser(chromium_path: str) -> Iterator[object]:
             browser.close()
 
 
-@pytest.fixture
-def page(browser):  # type: ignore[no-untyped-def]
-    context = browser.new_context()
+def _page_in(browser: Any, **context_options: Any) -> Iterator[Any]:
+    context = browser.new_context(**context_options)
     page = context.new_page()
     page.set_default_timeout(10_000)
     try:
@@ -240,3 +240,14 @@ def page(browser):  # type: ignore[no-untyped-def]
         from django.db import connections
 
         connections.close_all()
+
+
+@pytest.fixture
+def page(browser):  # type: ignore[no-untyped-def]
+    yield from _page_in(browser)
+
+
+@pytest.fixture
+def korean_page(browser):  # type: ignore[no-untyped-def]
+    """A browser set to Korean (its Accept-Language) in Seoul's zone (Intl's resolved zone)."""
+    yield from _page_in(browser, locale="ko-KR", timezone_id="Asia/Seoul")

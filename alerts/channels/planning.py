@@ -12,7 +12,6 @@ notices on the incident stay the mail's.
 from __future__ import annotations
 
 import zoneinfo
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -25,6 +24,7 @@ from django.utils.translation import gettext_noop
 
 from alerts.channels import payloads
 from alerts.events import incident_event
+from alerts.grouping import groups_due
 from alerts.mail import clean_header_text, render_notification
 from alerts.models import (
     AlertChannel,
@@ -145,18 +145,8 @@ def _plan_grouped(
     created: list[Notification],
     events: list[IncidentEvent],
 ) -> None:
-    by_group: dict[str, list[Incident]] = defaultdict(list)
-    for incident in incidents:
-        by_group[incident.cluster].append(incident)
-    window = timedelta(seconds=settings.ALERT_GROUP_SECONDS)
-    for group, members in by_group.items():
-        if (
-            window
-            and Notification.objects.filter(
-                channel=channel, kind=kind, group=group, created_at__gt=now - window
-            ).exists()
-        ):
-            continue  # collected into one message when the window since the last one ends
+    # A cluster still in the channel's window is collected into one message when it ends.
+    for group, members in groups_due(kind, incidents, now, channel):
         _create(channel, now, kind, group, members, created, events)
 
 

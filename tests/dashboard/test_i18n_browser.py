@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from playwright.sync_api import expect
@@ -16,25 +14,10 @@ from tests.leases.factories import make_cluster, make_lease
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def seoul_page(browser: Any) -> Iterator[Any]:
-    # A browser set to Korean (its Accept-Language) in Seoul's zone (Intl's resolved zone).
-    context = browser.new_context(locale="ko-KR", timezone_id="Asia/Seoul")
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    try:
-        yield page
-    finally:
-        context.close()
-        from django.db import connections
-
-        connections.close_all()
-
-
 def test_korean_browser_in_seoul_ticks_in_korean_and_is_offered_its_zone_once(  # type: ignore[no-untyped-def]
-    live_server, seoul_page, engineer
+    live_server, korean_page, engineer
 ) -> None:
-    page = seoul_page
+    page = korean_page
     make_lease(make_cluster("prod"), "kube-scheduler", holder="node-a")
 
     page.goto(f"{live_server.url}/login/")

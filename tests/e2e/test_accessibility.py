@@ -17,10 +17,9 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from tests.e2e.login import OPERATOR, log_in
-from tests.e2e.test_korean_pages import demo_nks  # noqa: F401  (a fixture, used by name)
 from tests.e2e.test_phone_layout import PHONE, open_page, site_pages
 
-# demo_nks (the Korean-pages test's fixture): the demo FakeNks, registered and polled.
+# demo_nks (tests/e2e/conftest.py): the demo FakeNks, registered and polled.
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.django_db(transaction=True),

@@ -8,8 +8,6 @@ collected from before the first page loads, on every page of a logged-in enginee
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,10 +18,7 @@ from playwright.sync_api import expect
 
 from fakes.nks import FakeNks
 from leases.models import WatchCoverage
-from nks.accounts import forget_clients
 from nks.models import NksCluster
-from nks.poller import poll_account
-from nks.services import register_nks_account
 from tests.alerts.factories import make_incident
 from tests.e2e.login import log_in
 from tests.leases.factories import make_cluster, make_lease
@@ -43,22 +38,6 @@ document.addEventListener("securitypolicyviolation", function (event) {
   }));
 });
 """
-
-
-@pytest.fixture
-def demo_nks(settings: Any) -> Iterator[FakeNks]:
-    settings.NKS_HTTP_TIMEOUT = 5
-    settings.NKS_HTTP_BACKOFF = 0.05
-    settings.CACHES = {
-        **settings.CACHES,
-        "locks": {**settings.CACHES["locks"], "KEY_PREFIX": f"e2e-{uuid.uuid4().hex}"},
-    }
-    forget_clients()
-    with FakeNks(scenario="demo") as fake:
-        account, _ = register_nks_account("demo", api_url=fake.url, **fake.credentials())
-        assert poll_account(account.pk).ok
-        yield fake
-    forget_clients()
 
 
 def test_pages_load_and_refresh_without_a_policy_violation(  # type: ignore[no-untyped-def]

@@ -11,8 +11,6 @@ that escaped translation. Screenshots of each page are kept for the closing note
 from __future__ import annotations
 
 import re
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,17 +19,14 @@ import pytest
 from django.apps import apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connections, models
+from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from alerts.models import Incident
 from fakes.nks import FakeNks
-from nks.accounts import forget_clients
 from nks.models import NksCluster
-from nks.poller import poll_account
-from nks.services import register_nks_account
 from tests.alerts.conftest import evaluate
 from tests.e2e.login import OPERATOR, log_in
 from tests.leases.factories import make_cluster, make_lease
@@ -123,34 +118,6 @@ def data_words() -> set[str]:
 def english_left(page: Any, allowed: set[str]) -> list[str]:
     text = ISO_TIME.sub(" ", page.locator("body").inner_text())
     return sorted({word for word in WORD.findall(text) if word not in allowed})
-
-
-@pytest.fixture
-def korean_page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(locale="ko-KR", timezone_id="Asia/Seoul")
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    try:
-        yield page
-    finally:
-        context.close()
-        connections.close_all()
-
-
-@pytest.fixture
-def demo_nks(settings: Any) -> Iterator[FakeNks]:
-    settings.NKS_HTTP_TIMEOUT = 5
-    settings.NKS_HTTP_BACKOFF = 0.05
-    settings.CACHES = {
-        **settings.CACHES,
-        "locks": {**settings.CACHES["locks"], "KEY_PREFIX": f"e2e-{uuid.uuid4().hex}"},
-    }
-    forget_clients()
-    with FakeNks(scenario="demo") as fake:
-        account, _ = register_nks_account("demo", api_url=fake.url, **fake.credentials())
-        assert poll_account(account.pk).ok
-        yield fake
-    forget_clients()
 
 
 def test_the_on_call_pages_read_entirely_in_korean(  # type: ignore[no-untyped-def]

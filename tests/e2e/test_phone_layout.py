@@ -19,12 +19,11 @@ from alerts.models import Incident
 from nks.models import NksCluster
 from tests.alerts.conftest import evaluate
 from tests.e2e.login import OPERATOR, log_in
-from tests.e2e.test_korean_pages import demo_nks  # noqa: F401  (a fixture, used by name)
 from tests.leases.factories import make_cluster, make_lease
 from tests.leases.group_factories import make_slot
 from tests.nks.nodes import make_node
 
-# demo_nks (the Korean-pages test's fixture): the demo FakeNks, registered and polled.
+# demo_nks (tests/e2e/conftest.py): the demo FakeNks, registered and polled.
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.django_db(transaction=True),
