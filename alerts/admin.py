@@ -36,6 +36,7 @@ from alerts.models import (
     Silence,
 )
 from alerts.rules import RULE_SPECS
+from dashboard.forms import write_only_secret
 
 RECENT_NOTIFICATIONS = 20
 
@@ -201,25 +202,19 @@ def validate_channel_url(value: str) -> None:
 class AlertChannelForm(forms.ModelForm):
     # Write-only: PasswordInput never renders a value back (render_value=False), and a
     # blank field on edit keeps what is stored.
-    url = forms.CharField(
-        label=_("URL"),
-        required=False,
-        strip=True,
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
-        help_text=_(
+    url = write_only_secret(
+        _(
             "The incoming webhook's URL. Write-only: it is never shown again; leave blank "
             "to keep the stored one."
         ),
+        label=_("URL"),
     )
-    signing_secret = forms.CharField(
-        label=_("signing secret"),
-        required=False,
-        strip=True,
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
-        help_text=_(
+    signing_secret = write_only_secret(
+        _(
             "Generic webhook only: the HMAC-SHA256 key for the X-Dashboard-Signature header. "
             "Write-only; leave blank to keep the stored one."
         ),
+        label=_("signing secret"),
     )
     rules = forms.MultipleChoiceField(
         label=_("rules"),

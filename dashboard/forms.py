@@ -1,4 +1,5 @@
-"""Forms of the dashboard app: a person's language and time zone."""
+"""Forms of the dashboard app: a person's language and time zone, and the write-only secret
+field the admin forms of NKS accounts and alert channels share."""
 
 from __future__ import annotations
 
@@ -6,9 +7,24 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 from dashboard.preferences import time_zone_choices
+
+
+def write_only_secret(
+    help_text: str | Promise, label: str | Promise | None = None, autocomplete: str = "off"
+) -> forms.CharField:
+    """A secret an admin may set or replace but never read back: the widget never renders a
+    value (render_value=False), and the form keeps the stored one when it is left blank."""
+    return forms.CharField(
+        label=label,
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": autocomplete}),
+        help_text=help_text,
+    )
 
 
 class PreferencesForm(forms.Form):

@@ -13,6 +13,7 @@ from django.utils.choices import CallableChoiceIterator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from dashboard.forms import write_only_secret
 from dashboard.natural import natural_key
 from leases.models import NODEGROUP_LABEL
 from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeRequest, ResizeState
@@ -378,18 +379,15 @@ class ResizeFilterForm(forms.Form):
 class NksAccountForm(forms.ModelForm):
     """Admin's account form: the password and token are write-only, kept when left empty."""
 
-    password = forms.CharField(
-        required=False,
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
-        help_text=_(
+    password = write_only_secret(
+        _(
             "Set or replace the password; it is stored as a secret and never shown. "
             "Leave empty to keep the current one."
         ),
+        autocomplete="new-password",
     )
-    token = forms.CharField(
-        required=False,
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
-        help_text=_(
+    token = write_only_secret(
+        _(
             "A fixed token instead of identity credentials; never shown again. Leave "
             "empty to keep the current one."
         ),
