@@ -7,12 +7,12 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.translation import gettext
 from django.views.decorators.http import require_http_methods
 
@@ -29,6 +29,8 @@ from nks.presenters.resize_detail import resize_detail
 from nks.presenters.resize_form import error_summary
 from nks.presenters.resizes import ResizeRow
 from nks.queries import get_cluster, get_nodegroup
+from nks.refused_resizes import QUERY_PARAMETER as REFUSED_QUERY_PARAMETER
+from nks.refused_resizes import keep_refused_resize, refused_resize
 from nks.resizes import ResizeConflict, request_resize
 from nks.services import LeaseSourceError, watch_cluster_leases
 
@@ -115,7 +117,6 @@ def _render_nodegroup(
     form: ResizeForm | None,
     *,
     nodes: NodegroupNodes | None,
-    status: int = 200,
     conflict: ResizeRequest | None = None,
 ) -> HttpResponse:
     now = timezone.now()
@@ -124,7 +125,6 @@ def _render_nodegroup(
     def progress() -> ResizeRow | None:
         return latest_resize_row(nodegroup, now)
 
-    page_url = reverse("nks:nodegroup", args=[nodegroup.cluster.uuid, nodegroup.name])
     context: dict[str, Any] = {
         # Lazy: the 2-second progress refresh renders only its region.
         "detail": SimpleLazyObject(lambda: nodegroup_detail(nodegroup, now, nodes)),
@@ -135,16 +135,14 @@ def _render_nodegroup(
         "form": form,
         "conflict": conflict,
         "error_summary": error_summary(form, conflict=conflict is not None),
-        # The refreshing regions and the watch button's way back use the page's own URL,
-        # not request.path: after an invalid resize the page is the answer to a POST to
-        # .../resize/, and that URL is no place to GET a region from.
-        "page_url": page_url,
+        # The refreshing regions and the watch button's way back use the page's URL without
+        # its query: after a refused resize the page is shown at ?refused=<token>, and the
+        # refreshes have no use for it.
+        "page_url": reverse("nks:nodegroup", args=[nodegroup.cluster.uuid, nodegroup.name]),
         "can_change": can_change_clusters(request.user),
         "progress_seconds": PROGRESS_REFRESH_SECONDS,
     }
-    response = render_page(request, "nks/nodegroup_detail.html", context)
-    response.status_code = status
-    return response
+    return render_page(request, "nks/nodegroup_detail.html", context)
 
 
 def nodegroup_page(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
@@ -158,62 +156,76 @@ def nodegroup_page(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
         return HttpResponse(status=204)
     nodes = nodegroup_nodes(nodegroup, timezone.now()) if wants_nodes else None
     form = None
+    conflict = None
     if can_change_clusters(request.user) and not request.htmx:
-        # ?node_count=N (a link, or a reload) pre-selects the nodes a scale-in to N removes.
-        target = ResizeTargetForm(request.GET)
-        form = ResizeForm(nodegroup=nodegroup, nodes=nodes, target=target.target())
-    return _render_nodegroup(request, nodegroup, form, nodes=nodes)
+        refused = refused_resize(
+            request.session, request.GET.get(REFUSED_QUERY_PARAMETER), nodegroup
+        )
+        if refused is not None:
+            # Back from a refused resize: what was typed, validated again against the
+            # nodegroup as it is now, with the errors that gives.
+            form = ResizeForm(refused.data, nodegroup=nodegroup, nodes=nodes)
+            conflict = refused.conflict_still_in_flight(nodegroup)
+            if form.is_valid() and conflict is not None:
+                form.add_error(None, ResizeConflict(conflict).message)
+        else:
+            # ?node_count=N (a link, or a reload) pre-selects the nodes a scale-in to N removes.
+            target = ResizeTargetForm(request.GET)
+            form = ResizeForm(nodegroup=nodegroup, nodes=nodes, target=target.target())
+    return _render_nodegroup(request, nodegroup, form, nodes=nodes, conflict=conflict)
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
 def resize(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
-    """Ask for a resize: a valid form redirects to the new request's page (post/redirect/get).
+    """Ask for a resize; every answer is a redirect (post/redirect/get).
 
-    An invalid one (or one refused because a resize is in flight) answers 400 or 409 with the
-    nodegroup page itself, the form bound and an error summary at its top, rather than
-    redirecting with the form's state kept in the session: the status tells scripts and tests
-    what happened, no session entry can go stale or be eaten by a second tab, and the page
-    needs nothing from this URL afterwards (its regions refresh from the nodegroup page's
-    URL, and a GET here redirects there). A reload re-sends the same POST, which the browser
-    asks about first and which this view refuses again unless it is now valid; a
-    double-submitted valid form makes one resize, the second answer being the 409.
+    A valid form goes to the new request's page. An invalid one, or one refused because a
+    resize is in flight, goes back to the nodegroup page with what was typed kept in the
+    session (``nks.refused_resizes``): the page shows the form bound, with an error summary
+    at its top, at the nodegroup page's own URL, so a reload is a GET that shows the same
+    errors and never asks to send the form again. A double-submitted valid form makes one
+    resize; the second answer is the page naming the request in flight.
     """
+    page = reverse("nks:nodegroup", kwargs={"uuid": uuid, "name": name})
     if request.method != "POST":
-        return redirect(reverse("nks:nodegroup", kwargs={"uuid": uuid, "name": name}) + "#resize")
+        return redirect(f"{page}#resize")
     if not can_change_clusters(request.user):
         raise PermissionDenied("Resizing nodegroups needs the operators group.")
     nodegroup = _nodegroup_or_404(uuid, name)
     nodes = nodegroup_nodes(nodegroup, timezone.now())
     form = ResizeForm(request.POST, nodegroup=nodegroup, nodes=nodes)
-    if not form.is_valid():
-        return _render_nodegroup(request, nodegroup, form, nodes=nodes, status=400)
-    try:
-        created = request_resize(
-            user=request.user,
-            nodegroup=nodegroup,
-            node_count=form.cleaned_data["node_count"],
-            nodes_to_remove=form.cleaned_data.get("nodes_to_remove") or [],
-            reason=form.cleaned_data["reason"],
-        )
-    except ResizeConflict as conflict:
-        form.add_error(None, conflict.message)
-        return _render_nodegroup(
-            request, nodegroup, form, nodes=nodes, status=409, conflict=conflict.request
-        )
-    messages.success(
-        request,
-        gettext(
-            "Resize #%(id)s of %(nodegroup)s (%(from)s → %(to)s nodes) is queued; this page "
-            "follows it."
-        )
-        % {
-            "id": created.pk,
-            "nodegroup": nodegroup.name,
-            "from": created.from_count,
-            "to": created.to_count,
-        },
-    )
-    return redirect("nks:resize_detail", pk=created.pk)
+    conflict: ResizeRequest | None = None
+    if form.is_valid():
+        try:
+            created = request_resize(
+                user=request.user,
+                nodegroup=nodegroup,
+                node_count=form.cleaned_data["node_count"],
+                nodes_to_remove=form.cleaned_data.get("nodes_to_remove") or [],
+                reason=form.cleaned_data["reason"],
+            )
+        except ResizeConflict as refused:
+            conflict = refused.request
+        else:
+            messages.success(
+                request,
+                gettext(
+                    "Resize #%(id)s of %(nodegroup)s (%(from)s → %(to)s nodes) is queued; this "
+                    "page follows it."
+                )
+                % {
+                    "id": created.pk,
+                    "nodegroup": nodegroup.name,
+                    "from": created.from_count,
+                    "to": created.to_count,
+                },
+            )
+            return redirect("nks:resize_detail", pk=created.pk)
+    token = keep_refused_resize(request.session, nodegroup, request.POST, conflict=conflict)
+    query = urlencode({REFUSED_QUERY_PARAMETER: token})
+    # 303: the browser GETs the page, whatever method brought it here. No #resize: a URL
+    # fragment makes the browser skip autofocus, and the error summary must take focus.
+    return HttpResponseRedirect(f"{page}?{query}", status=303)
 
 
 def resize_page(request: HttpRequest, pk: int) -> HttpResponse:

@@ -74,6 +74,20 @@ class ResizeDetail:
 
     explanation: str | Promise
 
+    @property
+    def progress_said(self) -> str:
+        """The request's progress in one sentence, for the page's polite live region.
+
+        dashboard.js puts it there only when it differs from the last one said, so the
+        2-second refresh announces each change once, and nothing while nothing changes.
+        """
+        said = gettext("Resize #%(id)s: %(state)s.") % {
+            "id": self.row.id,
+            "state": self.row.state.label,
+        }
+        parts = [said, str(self.explanation), self.row.error]
+        return " ".join(part for part in parts if part)
+
 
 def _steps(request: ResizeRequest, now: datetime) -> list[Step]:
     state = ResizeState(request.state)

@@ -1,6 +1,7 @@
-"""A refused resize in Chromium: the error summary takes focus and links to the field, the page
-keeps refreshing (no 405, no "Refreshing failed" banner), and a reload or the form's URL typed
-in the address bar never shows "HTTP ERROR 405"."""
+"""A refused resize in Chromium: the browser lands back on the nodegroup page's URL with what was
+typed (post/redirect/get), the error summary takes focus and links to the field, the page keeps
+refreshing (no 405, no "Refreshing failed" banner), and a reload or the form's URL typed in the
+address bar never shows "HTTP ERROR 405"."""
 
 from __future__ import annotations
 
@@ -82,10 +83,17 @@ def test_a_refused_resize_focuses_its_summary_and_the_page_keeps_refreshing(
     # A refresh replaces the regions around the form, never the form being corrected.
     expect(page.locator("#id_reason")).to_have_value("fewer nodes at night")
 
-    # A reload sends the form again and is refused again: the page, never a 405.
+    # The address bar holds the nodegroup page's own URL (post/redirect/get): a reload is a GET
+    # that shows the same errors and what was typed, with no "send the form again?" prompt.
+    assert page.url.startswith(f"{live_server.url}{nodegroup_path}?refused="), page.url
     response = page.reload()
-    assert response is not None and response.status == 400, response and response.status
+    assert response is not None and response.status == 200, response and response.status
+    assert response.request.method == "GET"
+    # (The address now ends in the followed link's #id_confirm_name, so the browser puts the
+    # reader there rather than on the summary's autofocus, as it does for any fragment.)
     expect(page.locator("#resize-errors")).to_be_visible()
+    expect(page.locator("#resize-errors")).to_contain_text("type default-worker exactly")
+    expect(page.locator("#id_reason")).to_have_value("fewer nodes at night")
     # The form's URL in the address bar (or a bookmark) lands on the form's page.
     response = page.goto(f"{live_server.url}{nodegroup_path}resize/")
     assert response is not None and response.status == 200
@@ -124,3 +132,41 @@ def test_resize_progress_is_announced_once_per_change(
         "data-resize-state", "submitted", timeout=5_000
     )
     expect(page.get_by_text("Refreshing failed")).to_have_count(0)
+
+
+def test_a_resize_request_page_announces_each_change_of_progress_once(
+    live_server: Any, page: Any, nodegroup_path: str, operator: Any
+) -> None:
+    nodegroup = NksNodegroup.objects.get(cluster__name="prod-api", name="default-worker")
+    resize = request_resize(
+        user=operator, nodegroup=nodegroup, node_count=4, nodes_to_remove=[], reason="x"
+    )
+    page.goto(f"{live_server.url}/clusters/resizes/{resize.pk}/")
+    log_in(page, OPERATOR)
+    announcer = page.locator("[data-progress-announcer]")
+    expect(announcer).to_have_attribute("aria-live", "polite")
+    # The live region sits outside the region the 2-second refresh replaces.
+    assert announcer.evaluate("e => !e.closest('#resize-request')")
+    swaps = []
+    page.on(
+        "response",
+        lambda r: swaps.append(r.status) if r.request.headers.get("hx-request") else None,
+    )
+    # Refreshes that change nothing say nothing (it was empty on load too).
+    page.wait_for_timeout(4_500)
+    assert swaps and set(swaps) == {200}, swaps
+    expect(announcer).to_have_text("")
+    ResizeRequest.objects.filter(pk=resize.pk).update(state=ResizeState.SUBMITTED)
+    expect(announcer).to_contain_text(f"Resize #{resize.pk}: accepted by NKS.", timeout=5_000)
+    said = announcer.text_content()
+    # Said once: the next refreshes leave the sentence as it is, so nothing is read again.
+    mutations = announcer.evaluate(
+        """e => new Promise(done => {
+            let seen = 0;
+            new MutationObserver(list => { seen += list.length; }).observe(
+                e, {childList: true, characterData: true, subtree: true});
+            setTimeout(() => done(seen), 4500);
+        })"""
+    )
+    assert mutations == 0
+    assert announcer.text_content() == said

@@ -23,6 +23,7 @@ from nks.models import NksCluster, NksNodegroup, ResizeState
 from nks.services import kube_name
 from tests.alerts.factories import make_account, make_nks_cluster, make_nodegroup, make_resize
 from tests.nks.nodes import make_node, watched_cluster
+from tests.nks.refusals import assert_refused_back_on_the_page
 
 pytestmark = pytest.mark.django_db
 
@@ -111,8 +112,10 @@ def test_a_hostile_nodegroup_name_resizes_through_its_form_and_the_api(
 
     # Same size: refused by the form, which proves the POST reached this nodegroup's view.
     target = urljoin(f"http://testserver{page_url}", html.unescape(action.group(1)))
-    response = operator_client.post(urlsplit(target).path, {"node_count": 2, "reason": "x"})
-    assert response.status_code == 400
+    response = operator_client.post(
+        urlsplit(target).path, {"node_count": 2, "reason": "x"}, follow=True
+    )
+    assert_refused_back_on_the_page(response)
     assert "../a/b already has 2 nodes: no change." in html.unescape(response.content.decode())
 
     _, token = ApiToken.issue(operator, name="tests", scope=ApiToken.Scope.WRITE)
@@ -192,9 +195,10 @@ def test_the_form_refuses_the_same_node_chosen_twice(
             "reason": "scale in",
             "confirm_name": group.name,
         },
+        follow=True,
     )
 
-    assert response.status_code == 400
+    assert_refused_back_on_the_page(response)
     text = html.unescape(response.content.decode())
     assert f"{victim} is chosen more than once: choose each node to remove once." in text
     assert not NksNodegroup.objects.get(pk=group.pk).resizes.exists()

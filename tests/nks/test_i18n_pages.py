@@ -20,6 +20,7 @@ from django.utils import translation
 from nks.client.errors import status_error
 from nks.models import NksCluster, NksNodegroup, ResizeState
 from tests.alerts.factories import make_account, make_nks_cluster, make_nodegroup, make_resize
+from tests.nks.refusals import assert_refused_back_on_the_page
 
 pytestmark = pytest.mark.django_db
 
@@ -119,13 +120,13 @@ def test_a_resize_form_error_is_korean_and_names_the_nodegroup_as_written(
     operator_client: Client, group: NksNodegroup
 ) -> None:
     url = reverse("nks:resize", args=[group.cluster.uuid, group.name])
-    response = operator_client.post(url, {"node_count": 3, "reason": "x"}, **KO)
-    assert response.status_code == 400
+    response = operator_client.post(url, {"node_count": 3, "reason": "x"}, follow=True, **KO)
+    assert_refused_back_on_the_page(response)
     text = response.content.decode()
     assert f"{HOSTILE_GROUP}에는 이미 노드가 3개 있습니다. 변경 사항이 없습니다." in words(text)
     assert_names_escaped(text, HOSTILE_GROUP)
 
-    response = operator_client.post(url, {"node_count": 2}, **KO)
+    response = operator_client.post(url, {"node_count": 2}, follow=True, **KO)
     assert "사유를 입력하세요. 사유는 감사 기록에 남습니다." in words(response.content.decode())
 
 

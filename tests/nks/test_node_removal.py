@@ -22,6 +22,7 @@ from nks.models import NksAccount, NksNodegroup, ResizeRequest, ResizeState
 from nks.resize_progress import follow_resize
 from nks.resizes import submit_resize
 from tests.nks.nodes import heartbeat, make_node, nodes_like_the_fake, set_ready
+from tests.nks.refusals import assert_refused_back_on_the_page
 
 pytestmark = pytest.mark.django_db
 
@@ -146,8 +147,9 @@ def test_a_node_without_the_label_or_a_providerid_is_never_offered(
             "reason": "x",
             "confirm_name": "default-worker",
         },
+        follow=True,
     )
-    assert response.status_code == 400
+    assert_refused_back_on_the_page(response)
     errors = html.unescape(response.content.decode())
     assert (
         "stray-node cannot be chosen: it has no magnum.openstack.org/nodegroup label, so its "
@@ -185,8 +187,9 @@ def test_an_unwatched_cluster_lets_nks_pick_and_offers_to_watch_it(
             "reason": "cost",
             "confirm_name": "default-worker",
         },
+        follow=True,
     )
-    assert refused.status_code == 400
+    assert_refused_back_on_the_page(refused)
     assert "The cluster is not watched, so its nodes are unknown and none can be named" in (
         html.unescape(refused.content.decode())
     )

@@ -21,6 +21,7 @@ from nks.poller import poll_account
 from nks.resize_progress import advance_resize, follow_resize, sweep_resizes
 from nks.resizes import UNCERTAIN_GIVE_UP, ResizeConflict, request_resize, submit_resize
 from tests.nks.nodes import nodes_like_the_fake
+from tests.nks.refusals import assert_refused_back_on_the_page
 
 pytestmark = pytest.mark.django_db
 
@@ -195,8 +196,8 @@ def test_the_form_refuses_every_invalid_combination(
     elif form.get("nodes_to_remove") == "stranger":
         form["nodes_to_remove"] = _instances("prod-api", "batch-worker")[0]
     with django_capture_on_commit_callbacks() as callbacks:
-        response = operator_client.post(resize_url(nodegroup), form)
-    assert response.status_code == 400
+        response = operator_client.post(resize_url(nodegroup), form, follow=True)
+    assert_refused_back_on_the_page(response)
     text = response.content.decode()
     assert message.replace("'", "&#x27;") in text
     assert ResizeRequest.objects.count() == 0 and callbacks == []
@@ -209,8 +210,9 @@ def test_below_the_nodegroup_minimum_names_it(watched: NksAccount, operator_clie
     response = operator_client.post(
         resize_url(nodegroup),
         {"node_count": "2", "nodes_to_remove": victim, "reason": "x", "confirm_name": "x"},
+        follow=True,
     )
-    assert response.status_code == 400
+    assert_refused_back_on_the_page(response)
     assert "default-worker has a minimum of 3 nodes." in response.content.decode()
 
 
@@ -283,10 +285,10 @@ def test_a_double_submit_makes_one_request_and_one_call(
     form = {"node_count": "5", "reason": "double-click"}
     with django_capture_on_commit_callbacks() as callbacks:
         first = operator_client.post(resize_url(nodegroup), form)
-        second = operator_client.post(resize_url(nodegroup), form)
+        second = operator_client.post(resize_url(nodegroup), form, follow=True)
     request = ResizeRequest.objects.get()
     assert first.status_code == 302
-    assert second.status_code == 409
+    assert_refused_back_on_the_page(second)
     text = second.content.decode()
     assert "already in flight" in text
     assert f'href="/clusters/resizes/{request.pk}/"' in text

@@ -13,6 +13,7 @@ from django.test import Client
 from fakes.nks import FakeNks
 from nks.models import NksAccount, NksNodegroup
 from tests.nks.nodes import nodes_like_the_fake
+from tests.nks.refusals import assert_refused_back_on_the_page
 
 pytestmark = pytest.mark.django_db
 
@@ -76,8 +77,8 @@ def nodegroup(polled: NksAccount, fake_nks: FakeNks) -> NksNodegroup:
 
 
 def refused(client: Client, nodegroup: NksNodegroup, data: dict[str, str]) -> Page:
-    response = client.post(f"{page_url(nodegroup)}resize/", data)
-    assert response.status_code == 400, response.status_code
+    response = client.post(f"{page_url(nodegroup)}resize/", data, follow=True)
+    assert_refused_back_on_the_page(response)
     return Page(response.content.decode())
 
 
@@ -204,8 +205,9 @@ def korean_refusal(client: Client, nodegroup: NksNodegroup) -> Page:
         f"{page_url(nodegroup)}resize/",
         {"node_count": "99", "reason": "x"},
         HTTP_ACCEPT_LANGUAGE="ko",
+        follow=True,
     )
-    assert response.status_code == 400
+    assert_refused_back_on_the_page(response)
     return Page(response.content.decode())
 
 
