@@ -266,7 +266,58 @@
     syncClock(event.detail.target.isConnected ? event.detail.target : document);
     showToggles();
     tick();
+    announceProgress();
+    keyboardScrollableTables();
   });
+
+  // At phone widths a table scrolls sideways in its own box (dashboard.css). Such a box must
+  // be reachable by keyboard: one with nothing focusable inside becomes a tab stop, named by
+  // its card's heading; one that fits, or has links to tab through, is left as it is.
+  var FOCUSABLE = "a[href], button, input, select, textarea, [tabindex]:not([tabindex='-1'])";
+  function keyboardScrollableTables() {
+    var tables = document.querySelectorAll("table.table");
+    for (var i = 0; i < tables.length; i++) {
+      var table = tables[i];
+      var needsStop = table.scrollWidth > table.clientWidth + 1 && !table.querySelector(FOCUSABLE);
+      var ours = table.hasAttribute("data-scroll-focus");
+      if (needsStop && !ours && !table.hasAttribute("tabindex")) {
+        table.setAttribute("tabindex", "0");
+        table.setAttribute("data-scroll-focus", "");
+        var card = table.closest("section, .card");
+        var heading = card && card.querySelector("h2, h3");
+        if (heading && !table.hasAttribute("aria-label") && !table.hasAttribute("aria-labelledby")) {
+          table.setAttribute("aria-label", heading.textContent.replace(/\s+/g, " ").trim());
+          table.setAttribute("data-scroll-named", "");
+        }
+      } else if (!needsStop && ours) {
+        table.removeAttribute("tabindex");
+        table.removeAttribute("data-scroll-focus");
+        if (table.hasAttribute("data-scroll-named")) {
+          table.removeAttribute("aria-label");
+          table.removeAttribute("data-scroll-named");
+        }
+      }
+    }
+  }
+  // Once per frame however many resize events come (a phone turned, a window dragged).
+  var resizeFrame = 0;
+  window.addEventListener("resize", function () {
+    window.cancelAnimationFrame(resizeFrame);
+    resizeFrame = window.requestAnimationFrame(keyboardScrollableTables);
+  });
+
+  // A region that refreshes whole (a resize request's page) says its progress in one
+  // sentence (data-progress-said); the page's polite live region gets it only when it
+  // changed, so a screen reader hears each change once, not the region every 2 s.
+  var progressSaid = null;
+  function announceProgress() {
+    var announcer = document.querySelector("[data-progress-announcer]");
+    var region = document.querySelector("[data-progress-said]");
+    if (!announcer || !region) return;
+    var said = region.getAttribute("data-progress-said");
+    if (progressSaid !== null && said !== progressSaid) announcer.textContent = said;
+    progressSaid = said;
+  }
 
   // A failed refresh leaves the old rows in place; say so, so they are not read as current.
   // The note in the region is for the eye; base.html's polite live region says it once per
@@ -322,6 +373,8 @@
       if (isPaused(id)) frozen[id] = Date.now() + clockOffset;
     }
     showToggles();
+    announceProgress();
+    keyboardScrollableTables();
     tick();
     window.setInterval(tick, 1000);
   }

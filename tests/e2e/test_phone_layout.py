@@ -1,5 +1,6 @@
-"""In Chromium at phone width (390x844): no page scrolls sideways, and the Alerts link (with
-its open-incident badge) stays in view on every page an on-call engineer opens.
+"""In Chromium at phone width (390x844): no page scrolls sideways, the Alerts link (with its
+open-incident badge) stays in view, and every table reads whole words and can be scrolled by
+keyboard, on every page an on-call engineer opens.
 
 The pages are built as the Korean-pages test builds them: a lease source with leases (one
 expired, so evaluation opens an incident), a node, a leader-k8s group, and the demo FakeNks
@@ -18,6 +19,7 @@ from django.urls import reverse
 from alerts.models import Incident
 from nks.models import NksCluster
 from tests.alerts.conftest import evaluate
+from tests.alerts.factories import make_resize
 from tests.e2e.login import OPERATOR, log_in
 from tests.leases.factories import make_cluster, make_lease
 from tests.leases.group_factories import make_slot
@@ -49,6 +51,8 @@ def site_pages() -> dict[str, str]:
     staging = NksCluster.objects.get(name="staging-web")
     nodegroup = staging.nodegroups.order_by("name").first()
     assert nodegroup is not None
+    # A failed scale-in with an NKS answer: the request page's fullest table.
+    resize = make_resize(nodegroup, error="NKS answered 409: the nodegroup is busy")
     return {
         "overview": "/",
         "leases": "/leases/",
@@ -61,6 +65,7 @@ def site_pages() -> dict[str, str]:
         "nks cluster": reverse("nks:cluster", args=[staging.uuid]),
         "nodegroup": reverse("nks:nodegroup", args=[staging.uuid, nodegroup.name]),
         "resizes": "/clusters/resizes/",
+        "resize": reverse("nks:resize_detail", args=[resize.pk]),
         "alerts": "/alerts/",
         "incident": f"/alerts/{incident.pk}/",
         "preferences": "/preferences/",
@@ -119,6 +124,48 @@ def alerts_link_out_of_view(page: Any) -> str | None:
     return None
 
 
+def table_problems(page: Any) -> list[str]:
+    """Tables a phone reader cannot read well: a word broken across lines in a cell (a column
+    squeezed below its longest word: "Wind|ow"), or a table that scrolls sideways and cannot
+    be reached by keyboard (nothing focusable in it and not a named tab stop itself)."""
+    return page.evaluate(
+        r"""() => {
+          const problems = [];
+          const focusable =
+            "a[href], button, input, select, textarea, [tabindex]:not([tabindex='-1'])";
+          for (const table of document.querySelectorAll('table.table')) {
+            if (!table.getClientRects().length) continue;  // not shown (a closed details)
+            const heading = table.closest('section, .card')?.querySelector('h2, h3');
+            const label = (heading?.textContent || '?').trim().slice(0, 40);
+            if (table.scrollWidth > table.clientWidth + 1 && !table.querySelector(focusable)) {
+              if (table.getAttribute('tabindex') !== '0') {
+                problems.push(`${label}: scrolls, no tab stop`);
+              } else if (!table.getAttribute('aria-label')) {
+                problems.push(`${label}: tab stop without a name`);
+              }
+            }
+            const walker = document.createTreeWalker(table, NodeFilter.SHOW_TEXT);
+            for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+              // Runs of letters and digits: a line may break at a space, hyphen, slash or
+              // dot ("staging-|web"), never inside a run ("Wind|ow").
+              const words = node.textContent.matchAll(/[\p{L}\p{N}]+/gu);
+              for (const word of words) {
+                // Long identifiers may wrap where their cell says so; words must not.
+                if (word[0].length > 24) continue;
+                const range = document.createRange();
+                range.setStart(node, word.index);
+                range.setEnd(node, word.index + word[0].length);
+                const boxes = [...range.getClientRects()].filter(r => r.width > 0);
+                const lines = new Set(boxes.map(r => Math.round(r.top)));
+                if (lines.size > 1) problems.push(`${label}: "${word[0]}" broken across lines`);
+              }
+            }
+          }
+          return problems.slice(0, 10);
+        }"""
+    )
+
+
 def test_no_page_scrolls_sideways_at_phone_width_and_alerts_stay_in_view(  # type: ignore[no-untyped-def]
     live_server, browser, operator
 ) -> None:
@@ -129,6 +176,7 @@ def test_no_page_scrolls_sideways_at_phone_width_and_alerts_stay_in_view(  # typ
     page.set_default_timeout(10_000)
     wide: dict[str, dict[str, Any]] = {}
     hidden: dict[str, str] = {}
+    unreadable: dict[str, list[str]] = {}
     try:
         open_page(page, f"{live_server.url}/login/")
         if too_wide(found := sideways(page)):
@@ -142,7 +190,10 @@ def test_no_page_scrolls_sideways_at_phone_width_and_alerts_stay_in_view(  # typ
                 wide[name] = found
             if why := alerts_link_out_of_view(page):
                 hidden[name] = why
+            if problems := table_problems(page):
+                unreadable[name] = problems
     finally:
         context.close()
     assert wide == {}, wide
     assert hidden == {}, hidden
+    assert unreadable == {}, unreadable
