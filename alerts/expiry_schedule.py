@@ -1,8 +1,10 @@
 """Evaluate at the moment a lease's alert becomes due, not on the next periodic tick.
 
 A leader lease's alert is due at ``expires_at + grace`` (see `alerts.lease_rules.lease_expired`),
-a moment known in advance. After every evaluation, `schedule_next_evaluation` looks up the
-earliest such moment still to come among held leader leases and queues one evaluation for it
+a cluster's node-heartbeat alert when its ``threshold``-th node lease is expired past the
+grace (`alerts.lease_rules.node_heartbeats_expired`): moments known in advance. After every
+evaluation, `schedule_next_evaluation` looks up the earliest such moment still to come and
+queues one evaluation for it
 (a Celery task with an ``eta``). The design needs nothing from the ingest (leases never
 imports alerts) and no new process:
 
@@ -42,9 +44,9 @@ from django.core.cache import caches
 from django.utils import timezone
 
 from alerts.lease_rules import LEADER_CLASSES
-from alerts.models import Rule
+from alerts.models import Incident, Rule
 from alerts.rules import load_rule_configs
-from leases.models import Lease
+from leases.models import Lease, LeaseClass
 
 logger = logging.getLogger(__name__)
 
@@ -63,16 +65,14 @@ FIRE_AFTER = timedelta(milliseconds=20)
 LATE_SECONDS = 5.0
 
 
-def next_lease_due(now: datetime) -> datetime | None:
-    """The moment to evaluate at next: the earliest after `now` at which a held leader lease's
-    alert becomes due, or the last of its cluster's that follow it within COALESCE_SECONDS."""
+def _leader_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]:
+    """(due, cluster id) of each held leader lease whose alert becomes due after `now`."""
     config = load_rule_configs()[Rule.LEASE_EXPIRED]
     if not config.enabled:
-        return None
+        return []
     fixed_grace = config.grace_seconds
     if fixed_grace is None:
         fixed_grace = settings.ALERT_LEASE_GRACE_SECONDS
-    horizon = now + timedelta(seconds=LOOKAHEAD_TICKS * settings.ALERT_EVAL_SECONDS)
     rows = (
         Lease.objects.live()
         .filter(
@@ -90,6 +90,62 @@ def next_lease_due(now: datetime) -> datetime | None:
         due = expires_at + timedelta(seconds=grace)
         if now < due <= horizon:
             dues.append((due, cluster_id))
+    return dues
+
+
+def _node_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]:
+    """(due, cluster id) of each cluster whose node-heartbeat incident opens after `now`.
+
+    That incident is one per cluster and opens once ``threshold`` node leases are expired
+    past the grace, so nothing before the ``threshold``-th earliest is due. The first
+    evaluation opens the incident, and a cluster whose incident is open gets nothing more
+    (the periodic tick adds its later nodes): a master that loses 500 nodes asks for one
+    early evaluation, not 500.
+    Renewing nodes expire a lease duration ahead (~40 s), beyond the horizon, so in a healthy
+    cluster the query finds no row.
+    """
+    config = load_rule_configs()[Rule.NODE_HEARTBEATS_EXPIRED]
+    if not config.enabled:
+        return []
+    grace = timedelta(
+        seconds=settings.ALERT_NODE_GRACE_SECONDS
+        if config.grace_seconds is None
+        else config.grace_seconds
+    )
+    minimum = config.threshold or 1
+    open_clusters = Incident.objects.filter(
+        rule=Rule.NODE_HEARTBEATS_EXPIRED, resolved_at__isnull=True
+    ).values("cluster")
+    rows = (
+        Lease.objects.live()
+        .filter(
+            lease_class=LeaseClass.NODE_HEARTBEAT,
+            cluster__enabled=True,
+            expires_at__isnull=False,
+            expires_at__lte=horizon - grace,
+        )
+        .exclude(holder="")
+        .exclude(cluster__name__in=open_clusters)
+        .order_by("cluster_id", "expires_at")
+        .values_list("cluster_id", "expires_at")
+    )
+    seen: dict[int, int] = {}
+    dues: list[tuple[datetime, int]] = []
+    for cluster_id, expires_at in rows:
+        seen[cluster_id] = seen.get(cluster_id, 0) + 1
+        # The threshold-th opens the incident; the ones after it may join it in the same
+        # evaluation (next_lease_due coalesces a cluster's dues).
+        if seen[cluster_id] >= minimum and now < expires_at + grace <= horizon:
+            dues.append((expires_at + grace, cluster_id))
+    return dues
+
+
+def next_lease_due(now: datetime) -> datetime | None:
+    """The moment to evaluate at next: the earliest after `now` at which a lease alert becomes
+    due (a held leader lease's, or a cluster's node heartbeats'), or the last of its cluster's
+    that follow it within COALESCE_SECONDS."""
+    horizon = now + timedelta(seconds=LOOKAHEAD_TICKS * settings.ALERT_EVAL_SECONDS)
+    dues = _leader_dues(now, horizon) + _node_dues(now, horizon)
     if not dues:
         return None
     first, cluster_id = min(dues)

@@ -97,6 +97,70 @@ def test_leaders_of_one_cluster_due_close_together_are_evaluated_together_and_ma
     ]
 
 
+def node_lease(cluster: KubeCluster, name: str, expires_in: float, duration: int = 40) -> Lease:
+    renewed = NOW + timedelta(seconds=expires_in - duration)
+    return make_lease(
+        cluster,
+        name,
+        namespace="kube-node-lease",
+        renewed_ago=(NOW - renewed).total_seconds(),
+        duration=duration,
+    )
+
+
+def test_a_cluster_whose_nodes_stop_is_due_when_its_first_node_lease_is_past_the_grace(
+    clock: Clock, settings: Any
+) -> None:
+    settings.ALERT_NODE_GRACE_SECONDS = 2
+    prod, staging = make_cluster("prod"), make_cluster("staging")
+    node_lease(prod, "prod-1", expires_in=3)  # due NOW+5
+    node_lease(prod, "prod-2", expires_in=3.5)
+    node_lease(prod, "prod-3", expires_in=30)  # renewing: beyond the horizon
+    node_lease(staging, "staging-1", expires_in=6)  # due NOW+8
+    # prod's two nodes are due within COALESCE_SECONDS: evaluated together, at the second.
+    assert expiry_schedule.next_lease_due(NOW) == NOW + timedelta(seconds=5.5)
+    assert expiry_schedule.next_lease_due(NOW + timedelta(seconds=5.5)) == NOW + timedelta(
+        seconds=8
+    )
+    AlertRule.objects.filter(rule=Rule.NODE_HEARTBEATS_EXPIRED).update(grace_seconds=0)
+    assert expiry_schedule.next_lease_due(NOW) == NOW + timedelta(seconds=3.5)
+    AlertRule.objects.filter(rule=Rule.NODE_HEARTBEATS_EXPIRED).update(enabled=False)
+    assert expiry_schedule.next_lease_due(NOW) is None
+
+
+def test_a_node_threshold_makes_the_cluster_due_at_its_nth_expired_node(clock: Clock) -> None:
+    AlertRule.objects.filter(rule=Rule.NODE_HEARTBEATS_EXPIRED).update(threshold=3)
+    prod = make_cluster("prod")
+    node_lease(prod, "prod-1", expires_in=-4)  # expired already: counts toward the three
+    node_lease(prod, "prod-2", expires_in=2)
+    node_lease(prod, "prod-3", expires_in=7)  # the third: the incident opens here
+    node_lease(prod, "prod-4", expires_in=8)  # within COALESCE_SECONDS: evaluated with it
+    node_lease(prod, "prod-5", expires_in=11)
+    assert expiry_schedule.next_lease_due(NOW) == NOW + timedelta(seconds=8)
+    AlertRule.objects.filter(rule=Rule.NODE_HEARTBEATS_EXPIRED).update(threshold=6)
+    assert expiry_schedule.next_lease_due(NOW) is None
+
+
+def test_a_hundred_stopped_nodes_ask_for_one_evaluation_and_an_open_incident_for_none(
+    clock: Clock, private_broker: None, mailoutbox: list[mail.EmailMessage]
+) -> None:
+    prod = make_cluster("prod")
+    keep_fresh(prod)
+    for index in range(100):
+        node_lease(prod, f"node-{index:03}", expires_in=1 + index / 20)  # NOW+1 .. NOW+5.95
+    # The first at NOW+1, with those due within COALESCE_SECONDS of it: NOW+2.5, 31 nodes.
+    assert expiry_schedule.next_lease_due(NOW) == NOW + timedelta(seconds=2.5)
+    clock.advance(2.5)
+    evaluate(prod)
+    incident = Incident.objects.get(rule=Rule.NODE_HEARTBEATS_EXPIRED)
+    assert incident.state == IncidentState.FIRING
+    assert [message.subject for message in mailoutbox] == [
+        "[FIRING] prod: 31 nodes stopped heart-beating"
+    ]
+    # The incident is open: the other 69 dues are the periodic tick's to add, not 69 runs.
+    assert expiry_schedule.next_lease_due(timezone.now()) is None
+
+
 def test_a_disabled_cluster_schedules_nothing(clock: Clock) -> None:
     make_lease(make_cluster("prod", enabled=False), "kube-scheduler", renewed_ago=1, duration=3)
     assert expiry_schedule.next_lease_due(NOW) is None
@@ -245,6 +309,38 @@ def test_a_worker_evaluates_at_expiry_plus_grace_and_mails_without_waiting_for_t
     assert [message.subject for message in mailoutbox] == [
         "[FIRING] prod: kube-system/kube-scheduler lease expired"
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_evaluates_at_a_node_lease_expiry_and_mails_without_waiting_for_the_tick(
+    celery_worker: None, mailoutbox: list[mail.EmailMessage], settings: Any
+) -> None:
+    settings.ALERT_EVAL_SECONDS = 30  # no tick would come in time
+    settings.ALERT_NODE_GRACE_SECONDS = 1
+    prod = make_cluster("prod")
+    keep_fresh(prod)
+    renewed = timezone.now()
+    make_lease(
+        prod,
+        "prod-pool-a-1",
+        namespace="kube-node-lease",
+        renew_time=renewed,
+        observed_at=renewed,
+        expires_at=renewed + timedelta(seconds=1),
+        duration=1,
+    )
+    due = renewed + timedelta(seconds=2)
+
+    assert evaluation.run_evaluation() is not None  # the tick that sees the node renewing
+    assert not Incident.objects.exists()
+
+    assert wait_until(lambda: Incident.objects.filter(state=IncidentState.FIRING).exists(), 5)
+    incident = Incident.objects.get()
+    assert incident.rule == Rule.NODE_HEARTBEATS_EXPIRED
+    assert incident.opened_at is not None
+    assert due <= incident.opened_at < due + timedelta(seconds=1)
+    assert wait_until(lambda: len(mailoutbox) == 1, 5)
+    assert mailoutbox[0].subject == "[FIRING] prod: 1 node stopped heart-beating"
 
 
 @pytest.mark.django_db(transaction=True)
