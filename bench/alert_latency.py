@@ -1,8 +1,12 @@
-"""Benchmark: from a leader lease's expiry plus grace to the alert e-mail at the SMTP server.
+"""Benchmark: from a lease's expiry plus grace to the alert e-mail at the SMTP server.
 
     .venv/bin/python bench/alert_latency.py
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/12 \\
-        .venv/bin/python bench/alert_latency.py
+        .venv/bin/python bench/alert_latency.py [--node-leases]
+
+With --node-leases each cluster's lease is a node's heartbeat (kube-node-lease/bench-node,
+the same 3 s) and the alert is node_heartbeats_expired, whose default grace is 0
+(ALERT_NODE_GRACE_SECONDS): the clock starts at the lease's expiry.
 
 The real pipeline, as `make run` and production run it:
   * ten fake kube-apiservers (`fakes.kube.FakeApiServer`, in a child process), one
@@ -55,6 +59,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 LEASES = 10
+# --node-leases: a node's heartbeat lease instead of a leader's (see the module's text).
+NODE_LEASES = "--node-leases" in sys.argv[1:]
+NAMESPACE, LEASE_NAME = (
+    ("kube-node-lease", "bench-node")
+    if NODE_LEASES
+    else (
+        "kube-system",
+        "kube-scheduler",
+    )
+)
+# Seconds past expiry before the rule alerts: one more lease duration for a leader, none for
+# a node (ALERT_NODE_GRACE_SECONDS).
 DURATION = 3  # leaseDurationSeconds; the default grace is one more of it
 RENEW_EVERY = 0.25
 STAGGER = 0.5
@@ -81,8 +97,8 @@ def apiservers_process(commands: Connection) -> None:
     started = time.time()
     for server in servers:
         server.store.apply_lease(
-            "kube-system",
-            "kube-scheduler",
+            NAMESPACE,
+            LEASE_NAME,
             {
                 "holderIdentity": "master-0_bench",
                 "leaseDurationSeconds": DURATION,
@@ -98,7 +114,7 @@ def apiservers_process(commands: Connection) -> None:
                 with guard:
                     if renewing[index]:
                         stamp = time.time()
-                        server.store.renew_lease("kube-system", "kube-scheduler", stamp)
+                        server.store.renew_lease(NAMESPACE, LEASE_NAME, stamp)
                         last_renewal[index] = stamp
             stop.wait(RENEW_EVERY)
 
@@ -138,7 +154,8 @@ class Inbox:
         subject = str(message["Subject"])
         with self.lock:
             self.subjects.append(subject)
-            # "[FIRING] bench-03: kube-system/kube-scheduler lease expired"
+            # "[FIRING] bench-03: kube-system/kube-scheduler lease expired" (or, for a node,
+            # "[FIRING] bench-03: 1 node stopped heart-beating")
             if subject.startswith("[FIRING] bench-"):
                 cluster = subject.split(" ", 2)[1].rstrip(":")
                 self.arrivals.setdefault(cluster, arrived)
@@ -301,7 +318,7 @@ def main() -> None:
     ]
     try:
         print(
-            f"{LEASES} clusters, one fake apiserver each; kube-scheduler leases of "
+            f"{LEASES} clusters, one fake apiserver each; {NAMESPACE}/{LEASE_NAME} leases of "
             f"{DURATION} s renewed every {RENEW_EVERY} s; celery beat + watch worker + "
             f"default worker; {services_text}; ALERT_EVAL_SECONDS={EVAL_SECONDS}"
         )
@@ -323,7 +340,8 @@ def main() -> None:
         due: dict[str, float] = {}
         for index, name in enumerate(names):
             last_renewal = ask(parent, "stop-renewing", index)
-            due[name] = last_renewal + 2 * DURATION  # expiry, plus the grace of one more
+            # Expiry, plus the grace: one more lease duration for a leader, none for a node.
+            due[name] = last_renewal + (DURATION if NODE_LEASES else 2 * DURATION)
             time.sleep(STAGGER)
         wait_for(
             "an e-mail for every lease",
@@ -337,7 +355,12 @@ def main() -> None:
         for run, name in enumerate(names, start=1):
             latency = inbox.arrivals[name] - due[name]
             latencies.append(latency)
-            incident = Incident.objects.get(key=f"lease_expired:{name}/kube-system/kube-scheduler")
+            key = (
+                f"node_heartbeats_expired:{name}"
+                if NODE_LEASES
+                else f"lease_expired:{name}/{NAMESPACE}/{LEASE_NAME}"
+            )
+            incident = Incident.objects.get(key=key)
             assert incident.opened_at is not None
             opened = incident.opened_at.timestamp()
             notification = Notification.objects.filter(incidents=incident).get()
