@@ -17,7 +17,7 @@ from nks.models import ResizeRequest
 from nks.node_picture import nodegroup_nodes
 from nks.presenters.api import api_clusters, api_resize_request
 from nks.queries import get_nodegroup
-from nks.resizes import ResizeConflict, request_resize
+from nks.resizes import ResizeConflict, request_resize_from
 
 RESIZE_FIELDS = frozenset({"node_count", "nodes_to_remove", "reason"})
 
@@ -115,14 +115,7 @@ def resize(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
     if not form.is_valid():
         return json_error("invalid resize", 400, fields=form.errors_json())
     try:
-        created = request_resize(
-            user=request.user,
-            nodegroup=nodegroup,
-            node_count=form.cleaned_data["node_count"],
-            nodes_to_remove=form.cleaned_data.get("nodes_to_remove") or [],
-            reason=form.cleaned_data["reason"],
-            source=ResizeRequest.Source.API,
-        )
+        created = request_resize_from(form, user=request.user, source=ResizeRequest.Source.API)
     except ResizeConflict as conflict:
         return json_error(conflict.message, 409, request=api_resize_request(conflict.request))
     body_out = api_resize_request(created)

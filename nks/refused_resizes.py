@@ -22,6 +22,8 @@ from django.utils.datastructures import MultiValueDict
 
 from nks.forms import ResizeForm
 from nks.models import IN_FLIGHT_STATES, NksNodegroup, ResizeRequest
+from nks.node_picture import NodegroupNodes
+from nks.resizes import ResizeConflict
 
 SESSION_KEY = "refused_resizes"
 # A few tabs' worth; the oldest goes first.
@@ -105,3 +107,19 @@ def refused_resize(
     )
     conflict = entry.get("conflict")
     return RefusedResize(data=data, conflict_pk=conflict if isinstance(conflict, int) else None)
+
+
+def refused_resize_form(
+    session: SessionBase, token: str | None, nodegroup: NksNodegroup, nodes: NodegroupNodes | None
+) -> tuple[ResizeForm, ResizeRequest | None] | None:
+    """The form of the refused resize ``token`` names, bound to what was typed and validated
+    again against the nodegroup as it is now, with the conflicting request still in flight
+    (if that was the refusal and it still is); None when the session has no such refusal."""
+    refused = refused_resize(session, token, nodegroup)
+    if refused is None:
+        return None
+    form = ResizeForm(refused.data, nodegroup=nodegroup, nodes=nodes)
+    conflict = refused.conflict_still_in_flight(nodegroup)
+    if form.is_valid() and conflict is not None:
+        form.add_error(None, ResizeConflict(conflict).message)
+    return form, conflict

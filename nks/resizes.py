@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -27,6 +27,9 @@ from nks.models import (
     ResizeState,
 )
 from nks.node_picture import nodegroup_nodes
+
+if TYPE_CHECKING:
+    from nks.forms import ResizeForm
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +129,21 @@ def request_resize(
 
 
 # --- Resize: the one call ------------------------------------------------------------------
+
+
+def request_resize_from(
+    form: ResizeForm, *, user: AbstractBaseUser, source: str = ResizeRequest.Source.FORM
+) -> ResizeRequest:
+    """`request_resize` with what a valid ResizeForm (the page's or the API's) cleaned."""
+    data = form.cleaned_data
+    return request_resize(
+        user=user,
+        nodegroup=form.nodegroup,
+        node_count=data["node_count"],
+        nodes_to_remove=data.get("nodes_to_remove") or [],
+        reason=data["reason"],
+        source=source,
+    )
 
 
 def may_have_been_applied(error: nks.NksError) -> bool:

@@ -30,8 +30,8 @@ from nks.presenters.resize_form import error_summary
 from nks.presenters.resizes import ResizeRow
 from nks.queries import get_cluster, get_nodegroup
 from nks.refused_resizes import QUERY_PARAMETER as REFUSED_QUERY_PARAMETER
-from nks.refused_resizes import keep_refused_resize, refused_resize
-from nks.resizes import ResizeConflict, request_resize
+from nks.refused_resizes import keep_refused_resize, refused_resize_form
+from nks.resizes import ResizeConflict, request_resize_from
 from nks.services import LeaseSourceError, watch_cluster_leases
 
 # A resize in flight is followed faster than the pages' PAGE_REFRESH_SECONDS (from the
@@ -158,16 +158,12 @@ def nodegroup_page(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
     form = None
     conflict = None
     if can_change_clusters(request.user) and not request.htmx:
-        refused = refused_resize(
-            request.session, request.GET.get(REFUSED_QUERY_PARAMETER), nodegroup
+        # Back from a refused resize: the form as typed, with the errors it has now.
+        refused = refused_resize_form(
+            request.session, request.GET.get(REFUSED_QUERY_PARAMETER), nodegroup, nodes
         )
         if refused is not None:
-            # Back from a refused resize: what was typed, validated again against the
-            # nodegroup as it is now, with the errors that gives.
-            form = ResizeForm(refused.data, nodegroup=nodegroup, nodes=nodes)
-            conflict = refused.conflict_still_in_flight(nodegroup)
-            if form.is_valid() and conflict is not None:
-                form.add_error(None, ResizeConflict(conflict).message)
+            form, conflict = refused
         else:
             # ?node_count=N (a link, or a reload) pre-selects the nodes a scale-in to N removes.
             target = ResizeTargetForm(request.GET)
@@ -197,13 +193,7 @@ def resize(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
     conflict: ResizeRequest | None = None
     if form.is_valid():
         try:
-            created = request_resize(
-                user=request.user,
-                nodegroup=nodegroup,
-                node_count=form.cleaned_data["node_count"],
-                nodes_to_remove=form.cleaned_data.get("nodes_to_remove") or [],
-                reason=form.cleaned_data["reason"],
-            )
+            created = request_resize_from(form, user=request.user)
         except ResizeConflict as refused:
             conflict = refused.request
         else:
