@@ -33,6 +33,9 @@ def page_refresh(request: HttpRequest) -> dict[str, Any]:
     active language's words for the ages dashboard.js ticks between refreshes."""
     return {
         "refresh_seconds": settings.PAGE_REFRESH_SECONDS,
+        # Regions whose data changes slowly (NKS polls, worker heartbeats) refresh half as
+        # often, still at the pace the setting sets.
+        "slow_refresh_seconds": 2 * settings.PAGE_REFRESH_SECONDS,
         # Lazy: only base.html's <body> uses it, and most renders are htmx regions without it.
         "time_words_json": _lazy_time_words_json(),
     }
