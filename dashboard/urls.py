@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from alerts import api as alerts_api
@@ -28,7 +27,7 @@ urlpatterns = [
     path("preferences/time-zone-offer/", views.time_zone_offer, name="time_zone_offer"),
     # Single sign-on: /oidc/authenticate/ starts it, the provider returns to /oidc/callback/.
     path("oidc/", include("mozilla_django_oidc.urls")),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("leases/", include("leases.urls")),
     path("clusters/", include("nks.urls")),

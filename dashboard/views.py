@@ -6,6 +6,7 @@ import sys
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -16,7 +17,7 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext
 from django.views import i18n
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 from kombu.exceptions import OperationalError as BrokerError
 
 from alerts.views import FOCUS_KEY
@@ -61,13 +62,16 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 
 @login_not_required
-@require_POST
+@require_http_methods(["GET", "HEAD", "POST"])
 def set_language(request: HttpRequest) -> HttpResponse:
     """The header's language switch: Django's cookie for everyone, and for a signed-in
-    person also their saved choice, so it follows them to other browsers and to alert mail."""
+    person also their saved choice, so it follows them to other browsers and to alert mail.
+
+    GET (a reload, the address bar) changes nothing: Django's view only redirects back.
+    """
     response = i18n.set_language(request)
     language = request.POST.get("language", "")
-    if request.user.is_authenticated and language in language_codes():
+    if request.method == "POST" and request.user.is_authenticated and language in language_codes():
         save_language(request.user, language)
     return response
 
@@ -117,9 +121,14 @@ def preferences(request: HttpRequest) -> HttpResponse:
     )
 
 
-@require_POST
+@require_http_methods(["GET", "HEAD", "POST"])
 def time_zone_offer(request: HttpRequest) -> HttpResponse:
-    """The answer to the banner offering the browser's zone; either answer ends the offer."""
+    """The answer to the banner offering the browser's zone; either answer ends the offer.
+
+    GET (a reload, the address bar) answers nothing and lands on the preferences page.
+    """
+    if request.method != "POST":
+        return redirect("preferences")
     form = TimeZoneOfferForm(request.POST)
     if form.is_valid():
         use = form.cleaned_data["answer"] == "use"
@@ -133,6 +142,17 @@ def time_zone_offer(request: HttpRequest) -> HttpResponse:
     ):
         next_url = "/"
     return HttpResponseRedirect(next_url)
+
+
+class LogoutView(auth_views.LogoutView):
+    """Django's sign-out (a POST from the header), which also answers GET: the URL reloaded or
+    typed lands on the overview (or, signed out, the login page) instead of a 405. A GET
+    signs nobody out: a link or image on another site could send one."""
+
+    http_method_names = ["get", "head", "post", "options"]
+
+    def get(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        return redirect("overview")
 
 
 @api_view()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from django import forms
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 
 from dashboard.htmx import render_page
 from leases.groups import leader_group, set_expected_size
@@ -33,20 +35,39 @@ def group_list(request: HttpRequest) -> HttpResponse:
     return render_page(request, "leases/groups.html", {"page": groups_page(timezone.now())})
 
 
+# A refused expected size comes back to the group page in this query parameter (post/
+# redirect/get); one short number needs no session. Cut: a crafted POST cannot make it long.
+REFUSED_SIZE_PARAMETER = "refused_size"
+REFUSED_SIZE_CHARS = 20
+
+
 def group_page(request: HttpRequest, cluster: str, namespace: str, name: str) -> HttpResponse:
     detail = group_detail(cluster, namespace, name, timezone.now())
     if detail is None:
         raise Http404(_("No such leader group"))
-    form = ExpectedSizeForm(initial={"expected_size": detail.row.expected})
+    refused = request.GET.get(REFUSED_SIZE_PARAMETER)
+    if refused is not None and request.user.is_staff and not request.htmx:
+        # Back from a refused size: the value as typed, with its error beside the field.
+        form = ExpectedSizeForm({"expected_size": refused[:REFUSED_SIZE_CHARS]})
+        if not form.is_valid():
+            # The field takes focus, so its error (aria-describedby) is read with it.
+            form.fields["expected_size"].widget.attrs["autofocus"] = True
+    else:
+        form = ExpectedSizeForm(initial={"expected_size": detail.row.expected})
     return render_page(
         request, "leases/group_detail.html", {"detail": detail, "group": detail.row, "form": form}
     )
 
 
-@require_POST
+# A form URL answers GET too: a reload or the address bar lands on the group page, never on
+# the browser's "HTTP ERROR 405".
+@require_http_methods(["GET", "HEAD", "POST"])
 def group_expected_size(
     request: HttpRequest, cluster: str, namespace: str, name: str
 ) -> HttpResponse:
+    page = reverse("leases:group", args=[cluster, namespace, name])
+    if request.method != "POST":
+        return redirect(page)
     # The same people who may change the group's row in admin: staff.
     if not request.user.is_staff:
         raise PermissionDenied(_("Recording a group's expected size needs a staff account."))
@@ -55,11 +76,8 @@ def group_expected_size(
         raise Http404(_("No such leader group"))
     form = ExpectedSizeForm(request.POST)
     if not form.is_valid():
-        detail = group_detail(cluster, namespace, name, timezone.now())
-        assert detail is not None  # the group was found a moment ago
-        context = {"detail": detail, "group": detail.row, "form": form}
-        response = render_page(request, "leases/group_detail.html", context)
-        response.status_code = 400
-        return response
+        typed = request.POST.get("expected_size", "")[:REFUSED_SIZE_CHARS]
+        query = urlencode({REFUSED_SIZE_PARAMETER: typed})
+        return HttpResponseRedirect(f"{page}?{query}", status=303)
     set_expected_size(group, form.cleaned_data["expected_size"])
-    return redirect("leases:group", cluster=cluster, namespace=namespace, name=name)
+    return redirect(page)

@@ -289,6 +289,26 @@ def _shown(url: str) -> str:
     return url if len(url) <= 200 else f"{url[:200]}… ({len(url)} characters)"
 
 
+def test_no_page_url_answers_get_with_405(
+    real_arguments: dict[str, dict[str, str]], clients: dict[str, Client]
+) -> None:
+    # A form's URL is in the address bar after a POST, in the history and in bookmarks: GET
+    # on it lands somewhere (the page the form is on), never on "HTTP ERROR 405". The JSON
+    # API is not browsed and keeps its 405s; so does mozilla-django-oidc's /oidc/logout/,
+    # which no form of ours posts to (the header signs out at /logout/).
+    refused = [
+        path
+        for route in routes()
+        if not route.is_api
+        and inspect.unwrap(route.callback).__module__.split(".")[0] in OUR_APPS
+        and clients["session"]
+        .get(path := _path(route, real_arguments.get(route.name, {})))
+        .status_code
+        == 405
+    ]
+    assert refused == []
+
+
 # The routes are fuzzed in shards, each a test of its own, so that parallel workers share
 # the work (one test of every route kept one worker busy for a minute).
 SHARDS = 4

@@ -224,7 +224,18 @@ def test_only_staff_record_the_expected_size(engineer_client: Client, engineer) 
     assert engineer_client.post(url, {"expected_size": "3"}).status_code == 403
     engineer.is_staff = True
     engineer.save()
-    assert engineer_client.post(url, {"expected_size": "0"}).status_code == 400
+    # Refused: back to the group page (post/redirect/get) with the value and its error.
+    refused = engineer_client.post(url, {"expected_size": "0"})
+    assert refused.status_code == 303
+    assert refused["Location"] == "/leases/clusters/prod/groups/apps/orders/?refused_size=0"
+    text = page(engineer_client, refused["Location"])
+    assert "greater than or equal to 1" in text
+    assert 'value="0"' in text and "autofocus" in text
+    assert LeaderGroup.objects.filter(cluster=cluster, name="orders").count() == 0 or (
+        LeaderGroup.objects.get(cluster=cluster, name="orders").expected_size is None
+    )
+    # The form's URL itself, reloaded or typed: the group page, never a 405.
+    assert engineer_client.get(url)["Location"] == "/leases/clusters/prod/groups/apps/orders/"
     response = engineer_client.post(url, {"expected_size": "3"})
     assert response.status_code == 302
     assert LeaderGroup.objects.get(cluster=cluster, name="orders").expected_size == 3
