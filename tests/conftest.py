@@ -59,6 +59,16 @@ def cache_key_space_per_xdist_worker() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def fast_password_hashing() -> Iterator[None]:
+    """One PBKDF2 hash costs 0.56 s here (a million rounds, as production should): every
+    user made with a password and every sign-in paid it, in hundreds of tests. The tests
+    check who may sign in, not how hard a hash is to crack; what production hashes with is
+    Django's default, untouched in dashboard/settings.py."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def render_every_request(settings) -> None:  # type: ignore[no-untyped-def]
     """Tests see each change at once; the shared partial cache has tests of its own."""

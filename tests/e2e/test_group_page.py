@@ -11,7 +11,13 @@ from playwright.sync_api import expect
 from fakes.kube import FakeApiServer
 from tests.e2e.login import log_in
 from tests.leases.group_factories import leader_k8s_annotations, token
-from tests.leases.test_watcher import RunningWatcher, leader_spec, register
+from tests.leases.test_watcher import (
+    RunningWatcher,
+    database_matches_server,
+    eventually,
+    leader_spec,
+    register,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -37,6 +43,9 @@ def test_group_page_shows_a_slot_taken_without_a_reload(
     cluster = register(apiserver)
 
     with RunningWatcher(cluster):
+        # The group exists once its slots are stored: before that its page is a 404, which
+        # does not refresh into the group.
+        eventually(lambda: database_matches_server(apiserver, cluster))
         page.goto(
             f"{live_server.url}/login/?next=/leases/clusters/{cluster.name}/groups/apps/orders/"
         )
