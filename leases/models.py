@@ -90,6 +90,13 @@ class KubeCluster(models.Model):
     nodes_last_error = models.TextField(blank=True)
     nodes_last_error_at = models.DateTimeField(null=True, blank=True)
 
+    # The as-of moment of each resource's data (leases/freshness.py): the latest moment at
+    # which the watcher knows its view matched the API server (a completed list, a stream
+    # proved current against a probe of the server). Past it, nothing is known: a lease
+    # whose expiry falls after it is "unknown", never "expired".
+    leases_as_of = models.DateTimeField(null=True, blank=True)
+    nodes_as_of = models.DateTimeField(null=True, blank=True)
+
     class Meta:
         ordering = ["name"]
 
