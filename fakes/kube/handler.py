@@ -15,6 +15,7 @@ import orjson
 
 from fakes.kube import errors
 from fakes.kube.errors import ApiError
+from fakes.kube.faults import ServerKilled
 from fakes.kube.patches import parse_patch
 from fakes.kube.routes import (
     RequestRecord,
@@ -76,6 +77,8 @@ class Handler(BaseHTTPRequestHandler):
         logger.debug("%s %s", self.address_string(), format % args)
 
     def send_response(self, code: int, message: str | None = None) -> None:
+        # A stalled server sends no byte, also of an answer it had begun to work out.
+        self.server.api._faults.hold_request(self.client_gone)
         self._response_started = True
         # Recorded as the status line goes out, so a client that has seen the response
         # (even a watch that is still streaming) always finds its request in the log.
@@ -179,8 +182,14 @@ class Handler(BaseHTTPRequestHandler):
         self._request_path, self._request_query = split.path, query
         self._response_started = False
         try:
+            # A stalled server (a frozen process) handles nothing: no write reaches the
+            # store until it resumes, and a held request is answered from the state then.
+            api._faults.hold_request(self.client_gone)
             body = self._read_body()
             if path in _HEALTH_PATHS:
+                api._refuse_while_restarting(
+                    self.command, path, None, query, self.headers.get("Authorization")
+                )
                 self._send_text(200, "ok")
                 return
             route = api._parse_resource_path(path)
@@ -192,8 +201,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._serve_resource(route, query, body)
         except ApiError as error:
             self._answer_error(error)
-        except (DroppedMidLine, BrokenPipeError, ConnectionResetError, TimeoutError):
-            # The client went away mid-answer (or a fault was injected): nothing to add.
+        except (DroppedMidLine, ServerKilled, BrokenPipeError, ConnectionResetError, TimeoutError):
+            # The client went away mid-answer, the server was killed, or a fault was
+            # injected: nothing to add.
             self.close_connection = True
         except Exception as error:
             # A bug in the fake must show up as an answer, not as a silent hang-up.
@@ -294,7 +304,8 @@ class Handler(BaseHTTPRequestHandler):
             raise errors.method_not_allowed()
 
     def _list(self, route: ResourcePath, query: dict[str, str]) -> None:
-        store = self.server.api.store
+        api = self.server.api
+        store = api.store
         object_filter = parse_filter(
             route.namespace, query.get("labelSelector", ""), query.get("fieldSelector", "")
         )
@@ -313,6 +324,7 @@ class Handler(BaseHTTPRequestHandler):
             # History is not kept for lists; an exact read of an older state is "too old".
             if query.get("resourceVersionMatch") == "Exact" and wanted != current:
                 raise errors.expired("The resourceVersion for the provided list is too old.")
+        api._faults.pause_list_page()  # slow_lists: the page is read once the time is up
         page = store.list_page(
             route.resource,
             object_filter,

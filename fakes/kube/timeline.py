@@ -5,6 +5,12 @@ advances it with the wall clock (optionally sped up) in a daemon thread, or step
 with `advance()` so a test can live through minutes of cluster life in milliseconds. Every
 timestamp a scenario writes is the scheduled time of its action, not the moment the thread
 got round to it, so renewals are evenly spaced like real heartbeats.
+
+The actions are the cluster's clients writing to the API server. While it takes no writes
+(a FakeApiServer stalled, killed or restarting: the runner's `writes_refused`), a repeating
+action's occurrences are not made (a renewal that fails; the next one is made as usual), and
+a one-off action (a step of a client's own chain) is made once writes are taken again, at
+that moment: the client's retry.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ class Scenario:
     def __init__(self) -> None:
         self._agenda: list[tuple[float, int, Action]] = []
         self._order = itertools.count()  # ties run in scheduling order
+        self._held: list[Action] = []  # one-off actions due while writes were refused
         self._store: ObjectStore | None = None
 
     @property
@@ -57,24 +64,60 @@ class Scenario:
 
     def every(self, first: float, interval: float, action: Action) -> None:
         """Run `action(when)` at `first` and every `interval` seconds after it."""
+        self.at(first, _Every(self, interval, action))
 
-        def run(when: float) -> None:
-            self.at(when + interval, run)  # first, so a failing action keeps its schedule
-            action(when)
-
-        self.at(first, run)
-
-    def run_until(self, now: float) -> int:
-        """Run every action due at or before `now`; returns how many ran."""
-        ran = 0
+    def hold_until(self, now: float) -> int:
+        """Live through `now` while the API server takes no writes: repeating actions due
+        skip this occurrence (keeping their schedule), one-off actions wait for the next
+        `run_until`. Returns how many occurrences were skipped."""
+        skipped = 0
         while self._agenda and self._agenda[0][0] <= now:
             when, _, action = heapq.heappop(self._agenda)
-            try:
-                action(when)
-            except Exception:
-                logger.exception("scenario %s: action at %.3f failed", self.name, when)
+            if isinstance(action, _Every):
+                action.skip(when)
+                skipped += 1
+            else:
+                self._held.append(action)
+        return skipped
+
+    def run_until(self, now: float) -> int:
+        """Run every action due at or before `now` (those held by `hold_until` first, at
+        `now`); returns how many ran."""
+        ran = 0
+        held, self._held = self._held, []
+        for action in held:
+            self._run(action, now)
+            ran += 1
+        while self._agenda and self._agenda[0][0] <= now:
+            when, _, action = heapq.heappop(self._agenda)
+            self._run(action, when)
             ran += 1
         return ran
+
+    def _run(self, action: Action, when: float) -> None:
+        try:
+            action(when)
+        except Exception:
+            logger.exception("scenario %s: action at %.3f failed", self.name, when)
+
+
+class _Every:
+    """A repeating action on a scenario's agenda (Scenario.every)."""
+
+    __slots__ = ("action", "interval", "scenario")
+
+    def __init__(self, scenario: Scenario, interval: float, action: Action) -> None:
+        self.scenario = scenario
+        self.interval = interval
+        self.action = action
+
+    def __call__(self, when: float) -> None:
+        self.skip(when)  # first, so a failing action keeps its schedule
+        self.action(when)
+
+    def skip(self, when: float) -> None:
+        """This occurrence is not made; the next one is scheduled as usual."""
+        self.scenario.at(when + self.interval, self)
 
 
 def node_owner(node: str, uid: uuid.UUID) -> dict[str, Any]:
@@ -86,7 +129,8 @@ class ScenarioRunner:
 
     `speed` 10 lives ten scenario seconds per wall second; timestamps then run ahead of the
     wall clock, which is fine for tests but not for a dashboard that computes expiry from
-    its own clock, so the demo uses 1.
+    its own clock, so the demo uses 1. While `writes_refused()` is true (the API server
+    the actors write to takes no writes) the scenario is held (Scenario.hold_until).
     """
 
     def __init__(
@@ -97,6 +141,7 @@ class ScenarioRunner:
         speed: float = 1.0,
         start_time: float | None = None,
         tick_seconds: float = 0.1,
+        writes_refused: Callable[[], bool] | None = None,
     ) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
@@ -106,6 +151,7 @@ class ScenarioRunner:
         # Fixed when the scenario begins, so a runner built early does not start behind.
         self._start_time = start_time
         self.tick_seconds = tick_seconds
+        self.writes_refused = writes_refused
         self._manual_offset = 0.0
         self._began = False
         self._thread: threading.Thread | None = None
@@ -141,6 +187,12 @@ class ScenarioRunner:
             raise RuntimeError("advance() is for runners that were not started")
         self._begin()
         self._manual_offset += seconds
+        return self._step()
+
+    def _step(self) -> int:
+        if self.writes_refused is not None and self.writes_refused():
+            self.scenario.hold_until(self.now)
+            return 0
         return self.scenario.run_until(self.now)
 
     def start(self) -> None:
@@ -155,7 +207,7 @@ class ScenarioRunner:
 
     def _run(self) -> None:
         while not self._stopping.wait(self.tick_seconds):
-            self.scenario.run_until(self.now)
+            self._step()
 
     def stop(self) -> None:
         self._stopping.set()

@@ -17,6 +17,7 @@ import orjson
 
 from fakes.kube import errors
 from fakes.kube.errors import ApiError
+from fakes.kube.faults import Faults, WatchStreamControl
 from fakes.kube.resources import ResourceType, clean_spec, clean_status
 from fakes.kube.routes import ResourcePath, is_true, parse_int, parse_resource_version
 from fakes.kube.selectors import ObjectFilter, parse_filter
@@ -61,8 +62,15 @@ def serve_watch(handler: Handler, route: ResourcePath, query: dict[str, str]) ->
         since = None
     deadline = time.monotonic() + duration
     convert = _line_converter(resource, route.version)
+    faults = api._faults
 
     try:
+        if since is not None and faults.take_gone_watch():
+            # gone_storm: what the watch cache answers for a resourceVersion it no longer
+            # holds, "too old resource version: <asked> (<oldest it can serve from>)".
+            raise errors.expired(
+                f"too old resource version: {since} ({api.store.resource_version})"
+            )
         subscription = api.store.subscribe(resource, object_filter, since)
     except ApiError as error:
         # Past authentication and parameter parsing, the apiserver reports watch errors
@@ -72,7 +80,8 @@ def serve_watch(handler: Handler, route: ResourcePath, query: dict[str, str]) ->
         handler.wfile.write(chunk(line) + b"0\r\n\r\n")
         return
 
-    writer = _WatchWriter(handler, api._take_watch_drop())
+    control = faults.open_stream(resource.plural)
+    writer = _WatchWriter(handler, api._take_watch_drop(), faults, control)
 
     def send_bookmark(*, initial_events_end: bool = False) -> None:
         resource_version = subscription.bookmark_resource_version()
@@ -123,32 +132,58 @@ def serve_watch(handler: Handler, route: ResourcePath, query: dict[str, str]) ->
             if bookmarks and time.monotonic() >= next_bookmark:
                 send_bookmark()
                 next_bookmark = time.monotonic() + api.bookmark_interval
-        handler.wfile.write(b"0\r\n\r\n")
+        writer.end()
     finally:
+        faults.close_stream(control)
         subscription.close()
 
 
 class _WatchWriter:
-    """Writes lines as chunks; carries out an injected mid-line connection drop."""
+    """Writes lines as chunks; carries out an injected mid-line connection drop, and waits
+    while the server is stalled or this stream is stuck (faults)."""
 
-    def __init__(self, handler: Handler, drop_after_events: int | None) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        drop_after_events: int | None,
+        faults: Faults,
+        control: WatchStreamControl,
+    ) -> None:
         self._handler = handler
         self._lines_before_drop = drop_after_events
+        self._faults = faults
+        self._control = control
+
+    def _hold(self) -> bool:
+        """Wait until this stream may write; True if this write is to be cut mid-line."""
+        return self._faults.hold_stream_write(self._control, self._handler.client_gone)
+
+    def end(self) -> None:
+        """The terminating chunk: a clean end the client may resume from."""
+        if self._hold():
+            # A cut was asked for and no line is left to halve: the connection just ends.
+            self._cut()
+        self._handler.wfile.write(b"0\r\n\r\n")
+
+    def _cut(self) -> None:
+        # Cut the TCP connection without the terminating chunk, as a crashing apiserver or
+        # a load balancer reset does.
+        with contextlib.suppress(OSError):
+            self._handler.connection.shutdown(socket.SHUT_RDWR)
+        raise DroppedMidLine
 
     def write_lines(self, lines: list[bytes]) -> None:
         if not lines:
             return
         remaining = self._lines_before_drop
+        if self._hold():
+            remaining = 0
         if remaining is not None and len(lines) > remaining:
             whole = b"".join(lines[:remaining])
             victim = lines[remaining]
             data = whole + victim[: max(1, len(victim) // 2)]
             self._handler.wfile.write(chunk(data))
-            # Cut the TCP connection without the terminating chunk, as a crashing
-            # apiserver or a load balancer reset does.
-            with contextlib.suppress(OSError):
-                self._handler.connection.shutdown(socket.SHUT_RDWR)
-            raise DroppedMidLine
+            self._cut()
         if remaining is not None:
             self._lines_before_drop = remaining - len(lines)
         self._handler.wfile.write(chunk(b"".join(lines)))
