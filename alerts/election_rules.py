@@ -161,6 +161,9 @@ def leader_group_unstaffed(ctx: RuleContext) -> RuleOutcome:
     for key, group in groups.items():
         if group.cluster in ctx.stale_kube_clusters or group.held:
             continue
+        if not group.known:
+            outcome.freeze(key)  # a slot whose state is not known may be held: no verdict
+            continue
         outcome.add(
             _group_condition(
                 ctx,
@@ -212,6 +215,9 @@ def leader_group_degraded(ctx: RuleContext) -> RuleOutcome:
         if group.cluster in ctx.stale_kube_clusters or group.expected is None:
             continue
         if not 0 < group.held < group.expected:
+            continue
+        if not group.known:
+            outcome.freeze(key)
             continue
         outcome.add(
             _group_condition(

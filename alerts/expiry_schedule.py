@@ -46,7 +46,8 @@ from django.utils import timezone
 from alerts.lease_rules import LEADER_CLASSES
 from alerts.models import Incident, Rule
 from alerts.rules import load_rule_configs
-from leases.models import Lease, LeaseClass
+from leases import freshness
+from leases.models import KubeCluster, Lease, LeaseClass
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,34 @@ FIRE_AFTER = timedelta(milliseconds=20)
 # A scheduled evaluation that could not run this long after its moment is dropped: by then
 # the periodic tick has done its work.
 LATE_SECONDS = 5.0
+# A due moment that has come while the cluster's data is not yet known that far (its as-of
+# moment trails the clock by up to about a probe interval, leases.freshness) is asked
+# again this much later: the rule judges by the as-of moment, so it could not open yet.
+RECHECK_AFTER = timedelta(milliseconds=500)
+
+
+def _as_of_by_cluster(now: datetime) -> dict[int, datetime]:
+    """Each enabled cluster's lease data as-of moment, where that data is current."""
+    return {
+        cluster_id: moment
+        for cluster_id, moment in KubeCluster.objects.filter(enabled=True).values_list(
+            "id", "leases_as_of"
+        )
+        if freshness.is_current(moment, now)
+    }
+
+
+def _due_or_recheck(
+    due: datetime, cluster_id: int, now: datetime, horizon: datetime, as_of: dict[int, datetime]
+) -> datetime | None:
+    """When to evaluate for this due moment: itself while ahead, a recheck while it has
+    passed but the data does not vouch for it yet, else nothing (evaluated, or stale)."""
+    if now < due <= horizon:
+        return due
+    known = as_of.get(cluster_id)
+    if due <= now and known is not None and known < due:
+        return now + RECHECK_AFTER
+    return None
 
 
 def _leader_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]:
@@ -85,11 +114,14 @@ def _leader_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]
         .values_list("cluster_id", "expires_at", "lease_duration_seconds")
     )
     dues: list[tuple[datetime, int]] = []
+    as_of = _as_of_by_cluster(now)
     for cluster_id, expires_at, duration in rows:
         grace = (duration or 0) if fixed_grace is None else fixed_grace
-        due = expires_at + timedelta(seconds=grace)
-        if now < due <= horizon:
-            dues.append((due, cluster_id))
+        moment = _due_or_recheck(
+            expires_at + timedelta(seconds=grace), cluster_id, now, horizon, as_of
+        )
+        if moment is not None:
+            dues.append((moment, cluster_id))
     return dues
 
 
@@ -131,12 +163,16 @@ def _node_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]:
     )
     seen: dict[int, int] = {}
     dues: list[tuple[datetime, int]] = []
+    as_of = _as_of_by_cluster(now)
     for cluster_id, expires_at in rows:
         seen[cluster_id] = seen.get(cluster_id, 0) + 1
         # The threshold-th opens the incident; the ones after it may join it in the same
         # evaluation (next_lease_due coalesces a cluster's dues).
-        if seen[cluster_id] >= minimum and now < expires_at + grace <= horizon:
-            dues.append((expires_at + grace, cluster_id))
+        if seen[cluster_id] < minimum:
+            continue
+        moment = _due_or_recheck(expires_at + grace, cluster_id, now, horizon, as_of)
+        if moment is not None:
+            dues.append((moment, cluster_id))
     return dues
 
 

@@ -28,7 +28,8 @@ from alerts.models import AlertRule, Rule
 from dashboard.flapping import FlapPolicy
 from dashboard.links import lease_url
 from leases.flapping import change_counts
-from leases.models import WATCHER_STALE_AFTER, KubeCluster, Lease, LeaseClass
+from leases.freshness import stale_after
+from leases.models import KubeCluster, Lease, LeaseClass
 
 # Lease classes whose expiry means a leader is gone. API server identity leases expire
 # whenever an API server is replaced, which is routine.
@@ -110,13 +111,16 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
         )
     )
     for row in rows:
-        cluster = clusters[row["cluster_id"]].name
+        owner = clusters[row["cluster_id"]]
+        cluster = owner.name
         if cluster in ctx.stale_kube_clusters:
             continue
         duration = row["lease_duration_seconds"] or 0
         grace = timedelta(seconds=duration if fixed_grace is None else fixed_grace)
         expires_at: datetime = row["expires_at"]
-        if expires_at + grace > now:
+        # Judged at the data's as-of moment, not the clock: past it, a renewal may be on
+        # its way (no alert about a moment the dashboard did not observe).
+        if owner.leases_as_of is None or expires_at + grace > min(now, owner.leases_as_of):
             continue
         where = f"{row['namespace']}/{row['name']}"
         outcome.add(
@@ -323,9 +327,18 @@ def node_heartbeats_expired(ctx: RuleContext) -> RuleOutcome:
     for cluster_id, name, expires_at in rows:
         expired[cluster_id].append((name, expires_at))
     prefix = reverse("leases:index")
-    for cluster_id, nodes in expired.items():
-        cluster = clusters[cluster_id].name
-        if cluster in ctx.stale_kube_clusters or len(nodes) < minimum:
+    for cluster_id, all_nodes in expired.items():
+        owner = clusters[cluster_id]
+        cluster = owner.name
+        if cluster in ctx.stale_kube_clusters or owner.leases_as_of is None:
+            continue
+        # Only expiries the data vouches for: past its as-of moment, a renewal may be late.
+        known = owner.leases_as_of - grace
+        nodes = [(name, expires_at) for name, expires_at in all_nodes if expires_at <= known]
+        if len(nodes) < minimum:
+            key = f"{Rule.NODE_HEARTBEATS_EXPIRED}:{cluster}"
+            if key in ctx.unresolved and len(all_nodes) >= minimum:
+                outcome.freeze(key)  # the others' renewals may be on their way: no verdict
             continue
         first = min(expires_at for _, expires_at in nodes)
         count = len(nodes)
@@ -386,12 +399,17 @@ def watchers_stale(ctx: RuleContext, outcome: RuleOutcome, threshold: timedelta)
             continue
         since: datetime | None
         state: Message
-        if cluster.last_flush_at is None:
+        if cluster.leases_as_of is None:
             since = cluster.created_at
             state = Message.gettext_noop("its watcher has never written any data")
-        elif now - cluster.last_flush_at > WATCHER_STALE_AFTER:
-            since = cluster.last_flush_at
-            state = Message.gettext_noop("its watcher has written nothing since")
+        elif now - cluster.leases_as_of > stale_after():
+            # The last moment the data is known to match the API server: a frozen server
+            # keeps its streams open, so an open watch says nothing.
+            since = cluster.leases_as_of
+            state = Message.gettext_noop(
+                "the API server has not confirmed the data since (not answering, or the "
+                "watch stream stuck)"
+            )
         else:
             # Not connected while its flush loop still runs: the stream is down and being
             # retried. When that started is not recorded, so the first evaluation counts.
@@ -420,7 +438,7 @@ def watchers_stale(ctx: RuleContext, outcome: RuleOutcome, threshold: timedelta)
                             if cluster.connected
                             else Message.gettext_noop("no"),
                         ),
-                        time_fact(gettext_noop("Last write"), cluster.last_flush_at),
+                        time_fact(gettext_noop("Data known as of"), cluster.leases_as_of),
                         time_fact(gettext_noop("Last watch event"), cluster.last_event_at),
                         fact(
                             gettext_noop("Last error"),

@@ -57,6 +57,20 @@ class ExpiringLock:
         self._held_until = started + self.ttl
         return True
 
+    def regain(self) -> bool:
+        """Take the lock again after renewals could not be made (its store was down, or
+        the owner stalled): only if nobody else took it meanwhile. `cache.add` is atomic,
+        so two owners cannot both regain it."""
+        started = time.monotonic()
+        cache = caches[self.alias]
+        if cache.add(self.cache_key, self.owner, timeout=self.ttl) or (
+            cache.get(self.cache_key) == self.owner and cache.touch(self.cache_key, self.ttl)
+        ):
+            self._held_until = started + self.ttl
+            return True
+        self._held_until = 0.0
+        return False
+
     def release(self) -> None:
         if time.monotonic() < self._held_until - self.margin:
             cache = caches[self.alias]

@@ -311,6 +311,14 @@ CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
+# --- Watching -------------------------------------------------------------------------------
+# Seconds between probes of each watched API server (leases.watch_probe): a one-lease list
+# with a 3 s timeout that proves the server answers and the watch streams are current.
+WATCH_PROBE_SECONDS = env_int("WATCH_PROBE_SECONDS", 1, minimum=1, maximum=30)
+# A resource's data whose as-of moment is older than this is stale (leases.freshness): its
+# states read "unknown", pages say so at the top, and no rule judges by it.
+WATCH_STALE_SECONDS = env_int("WATCH_STALE_SECONDS", 10, minimum=3, maximum=300)
+
 # --- Pages ----------------------------------------------------------------------------------
 # Seconds between htmx refreshes of every page's live regions (templates read it as
 # `refresh_seconds`, from dashboard.context_processors.page_refresh). Ages and countdowns tick
@@ -371,7 +379,9 @@ ALERT_NODE_GRACE_SECONDS = env_int("ALERT_NODE_GRACE_SECONDS", 0, minimum=0)
 # The same 3 changes in 10 minutes the Leases page calls flapping.
 ALERT_FLAP_CHANGES = env_int("ALERT_FLAP_CHANGES", 3, minimum=2)
 ALERT_FLAP_WINDOW_SECONDS = env_int("ALERT_FLAP_WINDOW_SECONDS", 600, minimum=10)
-ALERT_WATCH_STALE_SECONDS = env_int("ALERT_WATCH_STALE_SECONDS", 60, minimum=10)
+# Seconds past the data's as-of moment before `source_stale` opens (with the 5 s
+# evaluation, within 25 s of the data going quiet).
+ALERT_WATCH_STALE_SECONDS = env_int("ALERT_WATCH_STALE_SECONDS", 20, minimum=10)
 ALERT_NKS_GRACE_POLLS = env_int("ALERT_NKS_GRACE_POLLS", 2, minimum=0)
 ALERT_NKS_STALE_POLLS = env_int("ALERT_NKS_STALE_POLLS", 3, minimum=1)
 ALERT_RESIZE_FAILED_HOURS = env_int("ALERT_RESIZE_FAILED_HOURS", 24, minimum=1)

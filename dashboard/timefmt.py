@@ -107,6 +107,9 @@ def js_time_words() -> dict[str, str]:
         "in": words.ahead % {"duration": "{d}"},
         "expired_for": words.expired_for % {"duration": "{d}"},
         "expired": pgettext("lease state", "expired"),
+        "unknown": pgettext("lease state", "unknown"),
+        # A countdown that ran out in the browser, before the server confirmed the expiry.
+        "due_for": gettext("due %(duration)s ago, not confirmed yet") % {"duration": "{d}"},
         "pause": gettext("Pause refresh"),
         "resume": gettext("Resume refresh"),
         "refresh_failed": gettext("Refreshing failed; this is old data."),

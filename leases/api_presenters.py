@@ -9,6 +9,7 @@ from typing import Any
 from dashboard.timefmt import api_time
 from leases.availability import ELECTION_CLASSES, Availability, lease_availability
 from leases.cursors import Cursor
+from leases.freshness import is_current
 from leases.models import (
     KubeCluster,
     Lease,
@@ -51,7 +52,11 @@ API_FIELDS = (
 AVAILABILITY_FIELDS = ("created_at", "lease_class")
 
 
-def api_lease(row: Mapping[str, Any], cluster: str, now: datetime) -> dict[str, Any]:
+def api_lease(
+    row: Mapping[str, Any], cluster: str, now: datetime, as_of: datetime | None = None
+) -> dict[str, Any]:
+    """One lease for the API, judged by its cluster's lease data as-of moment (`as_of`):
+    `as_of` and `stale` say how current the answer is."""
     return {
         "cluster": cluster,
         "namespace": row["namespace"],
@@ -62,7 +67,9 @@ def api_lease(row: Mapping[str, Any], cluster: str, now: datetime) -> dict[str, 
         "renew_time": api_time(row["renew_time"]),
         "lease_duration_seconds": row["lease_duration_seconds"],
         "expires_at": api_time(row["expires_at"]),
-        "state": lease_state(row["holder"], row["expires_at"], now).value,
+        "state": lease_state(row["holder"], row["expires_at"], now, as_of).value,
+        "as_of": api_time(as_of),
+        "stale": not is_current(as_of, now),
         "transitions": row["lease_transitions"],
         "deleted": row["deleted_at"] is not None,
         # Who really leads (leases/leader_k8s.py); `holder` stays the raw holderIdentity.
@@ -95,10 +102,15 @@ def api_lease_page(
     filters: LeaseFilters, now: datetime, cursor: Cursor | None, limit: int = API_PAGE_SIZE
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of leases as API dicts and the cursor of the next page (None: last page)."""
-    names = dict(KubeCluster.objects.values_list("id", "name"))
+    clusters = KubeCluster.objects.values_list("id", "name", "enabled", "leases_as_of")
+    names = {pk: name for pk, name, _, _ in clusters}
+    as_of = {pk: at if enabled else None for pk, _, enabled, at in clusters}
     leases = filter_leases(filters, now, {name: pk for pk, name in names.items()})
     page = keyset_page(leases, filters, cursor, limit, API_FIELDS)
-    results = [api_lease(row, names[row["cluster_id"]], now) for row in page.rows]
+    results = [
+        api_lease(row, names[row["cluster_id"]], now, as_of.get(row["cluster_id"]))
+        for row in page.rows
+    ]
     return results, page.next_cursor
 
 
@@ -117,7 +129,9 @@ def api_lease_detail(
     if lease is None:
         return None
     row = {field: getattr(lease, field) for field in API_FIELDS}
-    body = api_lease(row, cluster, now)
+    owner = KubeCluster.objects.filter(pk=lease.cluster_id).values_list("enabled", "leases_as_of")
+    enabled, as_of = owner.first() or (False, None)
+    body = api_lease(row, cluster, now, as_of if enabled else None)
     # Only where one holder at a time is the point; null for heartbeats and identities.
     body["availability"] = (
         api_availability(lease_availability(lease, now))

@@ -58,6 +58,9 @@ class SlotState(models.TextChoices):
     FREE = "free", _("free (released)")
     # Within the group's known size, but no lease of that name was seen.
     UNSEEN = "unseen", _("never seen")
+    # Its lease's state is not known now (stale data, or an expiry after the data's as-of
+    # moment): the group's staffing is then not known either.
+    UNKNOWN = "unknown", _("unknown")
 
 
 class GroupStatus(models.TextChoices):
@@ -66,12 +69,15 @@ class GroupStatus(models.TextChoices):
     DEGRADED = "degraded", _("degraded")
     # No slot is held: the group has no leader at all.
     UNSTAFFED = "unstaffed", _("unstaffed")
+    # Too few slots are known held, and the others are not known (stale data).
+    UNKNOWN = "unknown", _("unknown")
 
 
 _SLOT_STATES = {
     LeaseState.HELD: SlotState.HELD,
     LeaseState.EXPIRED: SlotState.EXPIRED,
     LeaseState.RELEASED: SlotState.FREE,
+    LeaseState.UNKNOWN: SlotState.UNKNOWN,
 }
 
 
@@ -129,6 +135,11 @@ class GroupState:
         return sum(1 for slot in self.slots if slot.held)
 
     @property
+    def known(self) -> bool:
+        """Every slot's state is known: only then can the group be judged under-staffed."""
+        return all(slot.state != SlotState.UNKNOWN for slot in self.slots)
+
+    @property
     def free(self) -> list[Slot]:
         return [slot for slot in self.seen if not slot.held]
 
@@ -143,6 +154,8 @@ class GroupState:
     @property
     def status(self) -> GroupStatus:
         held = self.held
+        if not self.known and (held == 0 or (self.expected is not None and held < self.expected)):
+            return GroupStatus.UNKNOWN  # the slots not known may be held
         if held == 0:
             return GroupStatus.UNSTAFFED
         if self.expected is not None and held < self.expected:
@@ -192,6 +205,7 @@ def group_member_leases() -> models.QuerySet[Lease]:
 def _groups_from(
     leases: Iterable[Lease],
     names: dict[int, str],
+    as_of: dict[int, datetime | None],
     sizes: dict[tuple[int, str, str], int | None],
     now: datetime,
 ) -> list[GroupState]:
@@ -206,7 +220,11 @@ def _groups_from(
         slots = []
         for index in range(size):
             lease = members.get(index)
-            state = SlotState.UNSEEN if lease is None else _SLOT_STATES[lease.state_at(now)]
+            state = (
+                SlotState.UNSEEN
+                if lease is None
+                else _SLOT_STATES[lease.state_at(now, as_of.get(cluster_id))]
+            )
             slots.append(Slot(index=index, state=state, lease=lease))
         groups.append(
             GroupState(
@@ -236,7 +254,9 @@ def leader_groups(
         clusters = clusters.filter(name=cluster)
     if enabled_only:
         clusters = clusters.filter(enabled=True)
-    names = dict(clusters.values_list("id", "name"))
+    rows = list(clusters.values_list("id", "name", "enabled", "leases_as_of"))
+    names = {cluster_id: cluster_name for cluster_id, cluster_name, _, _ in rows}
+    as_of = {cluster_id: at if enabled else None for cluster_id, _, enabled, at in rows}
     if not names:
         return []
     leases = group_member_leases().filter(cluster_id__in=list(names))
@@ -253,7 +273,7 @@ def leader_groups(
             "cluster_id", "namespace", "name", "expected_size"
         )
     }
-    return _groups_from(leases, names, sizes, now)
+    return _groups_from(leases, names, as_of, sizes, now)
 
 
 def leader_group(cluster: str, namespace: str, name: str, now: datetime) -> GroupState | None:

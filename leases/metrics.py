@@ -89,6 +89,7 @@ def lease_counts(now: datetime) -> dict[tuple[str, str, str], int]:
         key = (cluster, row["lease_class"])
         counts[(*key, LeaseState.RELEASED.value)] = row["released"]
         counts[(*key, LeaseState.EXPIRED.value)] = row["expired"]
+        counts[(*key, LeaseState.UNKNOWN.value)] = row["unknown"]
         counts[(*key, LeaseState.HELD.value)] = held_count(row)
     return counts
 

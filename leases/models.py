@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from dashboard.encryption import EncryptedTextField
+from leases.freshness import is_current
 
 # A watcher that has not flushed for this long is stale: its data must not pass as current.
 WATCHER_STALE_AFTER = timedelta(seconds=30)
@@ -104,12 +105,25 @@ class KubeCluster(models.Model):
         return self.name
 
     def is_stale(self, now: datetime | None = None) -> bool:
-        """No live watcher is writing: the cluster's lease data may be old."""
+        """The cluster's lease data is not known to be current: its as-of moment is older
+        than WATCH_STALE_SECONDS (leases.freshness), or no watch is connected."""
         if not self.enabled:
             return False
-        if not self.connected or self.last_flush_at is None:
+        if not self.connected:
             return True
-        return (now or timezone.now()) - self.last_flush_at > WATCHER_STALE_AFTER
+        return not is_current(self.leases_as_of, now or timezone.now())
+
+    def nodes_stale(self, now: datetime | None = None) -> bool:
+        """The same for the cluster's Node data."""
+        if not self.enabled:
+            return False
+        return not is_current(self.nodes_as_of, now or timezone.now())
+
+    def data_age(self, now: datetime | None = None) -> timedelta | None:
+        """How old the lease data is (None: never known)."""
+        if self.leases_as_of is None:
+            return None
+        return max(timedelta(0), (now or timezone.now()) - self.leases_as_of)
 
 
 class LeaseClass(models.TextChoices):
@@ -131,31 +145,33 @@ class LeaseState(models.TextChoices):
     HELD = "held", _("held")
     EXPIRED = "expired", _("expired")
     RELEASED = "released", _("released")
+    # Not known: the cluster's data is stale, or the lease's expiry came after the data's
+    # as-of moment (a renewal may be on its way). Never judged expired or held on a guess.
+    UNKNOWN = "unknown", _("unknown")
 
 
-def lease_state(holder: str, expires_at: datetime | None, now: datetime) -> LeaseState:
-    """Expiry is a matter of the clock: the same rule for rows, dicts and queries."""
+def lease_state(
+    holder: str, expires_at: datetime | None, now: datetime, as_of: datetime | None
+) -> LeaseState:
+    """Expiry is a matter of the clock, judged only by what is known: the same rule for rows,
+    dicts and queries (leases.queries.state_sql).
+
+    `as_of` is the cluster's lease data as-of moment (KubeCluster.leases_as_of): stale data
+    says nothing of now, and a lease is expired only when its expiry is before `as_of`.
+    """
+    if not is_current(as_of, now):
+        return LeaseState.UNKNOWN
     if not holder:
         return LeaseState.RELEASED
     if expires_at is not None and expires_at <= now:
-        return LeaseState.EXPIRED
+        assert as_of is not None  # is_current
+        return LeaseState.EXPIRED if expires_at <= as_of else LeaseState.UNKNOWN
     return LeaseState.HELD
 
 
 class LeaseQuerySet(models.QuerySet["Lease"]):
     def live(self) -> LeaseQuerySet:
         return self.filter(deleted_at__isnull=True)
-
-    def in_state(self, state: str, now: datetime) -> LeaseQuerySet:
-        """Leases in a state at `now`: expiry is a matter of the clock, not of an event."""
-        if state == LeaseState.RELEASED:
-            return self.filter(holder="")
-        held = self.exclude(holder="")
-        if state == LeaseState.EXPIRED:
-            return held.filter(expires_at__lte=now)
-        if state == LeaseState.HELD:
-            return held.filter(models.Q(expires_at__gt=now) | models.Q(expires_at__isnull=True))
-        return self.none()
 
 
 class Lease(models.Model):
@@ -227,8 +243,13 @@ class Lease(models.Model):
     def __str__(self) -> str:
         return f"{self.cluster_id}:{self.namespace}/{self.name}"
 
-    def state_at(self, now: datetime) -> LeaseState:
-        return lease_state(self.holder, self.expires_at, now)
+    def state_at(self, now: datetime, as_of: datetime | bool | None = True) -> LeaseState:
+        """Its state at `now`, judged by its cluster's lease data as-of moment (read from
+        `self.cluster` unless given: select it with the lease)."""
+        if as_of is True:
+            cluster = self.cluster
+            as_of = cluster.leases_as_of if cluster.enabled else None
+        return lease_state(self.holder, self.expires_at, now, as_of or None)
 
 
 class LeaseTransition(models.Model):

@@ -50,7 +50,8 @@ from leases.cursors import (
     order_sql,
 )
 from leases.flapping import flapping_ids_sql, flapping_lease_ids, recent_changes_sql
-from leases.models import Lease, LeaseClass, LeaseQuerySet, LeaseState
+from leases.freshness import is_current
+from leases.models import KubeCluster, Lease, LeaseClass, LeaseQuerySet, LeaseState
 
 # Held leases that expire within this are "expiring soon" on the overview, and on the
 # Leases page whatever their duration.
@@ -212,15 +213,56 @@ def lease_column(field: str) -> str:
     return f"{table}.{connection.ops.quote_name(Lease._meta.get_field(field).column)}"
 
 
-def _state_sql(state: str, now: Any) -> tuple[str, list[Any]] | None:
-    """`LeaseQuerySet.in_state` as SQL: expiry is a matter of the clock (`lease_state`)."""
+def lease_as_of(now: datetime) -> dict[int, datetime]:
+    """The lease data as-of moment of every cluster whose data is current at `now`
+    (enabled, as-of within WATCH_STALE_SECONDS): what lease states are judged by. A cluster
+    missing here has no data that says anything of now."""
+    return {
+        cluster_id: moment
+        for cluster_id, moment in KubeCluster.objects.filter(enabled=True).values_list(
+            "id", "leases_as_of"
+        )
+        if is_current(moment, now)
+    }
+
+
+def state_sql(
+    state: str, now: datetime, as_of: Mapping[int, datetime]
+) -> tuple[str, list[Any]] | None:
+    """`lease_state` as SQL: judged by each cluster's as-of moment (`lease_as_of`). A lease
+    of a cluster whose data is not current is unknown; one whose expiry passed after its
+    data's as-of moment too."""
     holder, expires_at = lease_column("holder"), lease_column("expires_at")
+    cluster = lease_column("cluster_id")
+    adapt = connection.ops.adapt_datetimefield_value
+    moment = adapt(now)
+    current = {cluster_id: at for cluster_id, at in as_of.items() if is_current(at, now)}
+    if not current:
+        return ("1 = 1", []) if state == LeaseState.UNKNOWN else ("1 = 0", [])
+    in_current = f"{cluster} IN ({', '.join('%s' for _ in current)})"
+    current_ids: list[Any] = list(current)
+    case = f"CASE {' '.join(f'WHEN {cluster} = %s THEN %s' for _ in current)} END"
+    case_params: list[Any] = [
+        value for cluster_id, at in current.items() for value in (cluster_id, adapt(at))
+    ]
     if state == LeaseState.RELEASED:
-        return f"{holder} = ''", []
-    if state == LeaseState.EXPIRED:
-        return f"{holder} <> '' AND {expires_at} <= %s", [now]
+        return f"{in_current} AND {holder} = ''", current_ids
     if state == LeaseState.HELD:
-        return f"{holder} <> '' AND ({expires_at} > %s OR {expires_at} IS NULL)", [now]
+        return (
+            f"{in_current} AND {holder} <> '' AND ({expires_at} > %s OR {expires_at} IS NULL)",
+            [*current_ids, moment],
+        )
+    if state == LeaseState.EXPIRED:
+        return (
+            f"{in_current} AND {holder} <> '' AND {expires_at} <= %s AND {expires_at} <= {case}",
+            [*current_ids, moment, *case_params],
+        )
+    if state == LeaseState.UNKNOWN:
+        return (
+            f"(NOT ({in_current}) OR ({holder} <> '' AND {expires_at} <= %s "
+            f"AND {expires_at} > {case}))",
+            [*current_ids, moment, *case_params],
+        )
     return None
 
 
@@ -242,7 +284,6 @@ def filter_sql(
     flapping is (default: the one in force, `flap_policy()`)."""
     conditions: list[str] = []
     params: list[Any] = []
-    moment = connection.ops.adapt_datetimefield_value(now)
     if not filters.include_deleted:
         conditions.append(f"{lease_column('deleted_at')} IS NULL")
     if filters.cluster:
@@ -260,7 +301,7 @@ def filter_sql(
         conditions.append(f"{lease_column('lease_class')} = %s")
         params.append(filters.lease_class)
     if filters.state:
-        state = _state_sql(filters.state, moment)
+        state = state_sql(filters.state, now, lease_as_of(now))
         if state is None:
             return None
         conditions.append(state[0])
@@ -614,38 +655,62 @@ def _table_converters() -> tuple[tuple[int, Any, Any], ...]:
     return tuple(found)
 
 
-def expired_condition(now: datetime) -> Q:
-    """Held by someone, past its expiry: the rule of `lease_state`, as a query condition."""
-    return ~Q(holder="") & Q(expires_at__lte=now)
+# Never true (ids are never null): what an OR over no cluster is, in a query condition.
+_NEVER = Q(pk__isnull=True)
 
 
-def state_counts(now: datetime) -> dict[str, Count]:
+def expired_condition(now: datetime, as_of: Mapping[int, datetime] | None = None) -> Q:
+    """Held by someone, expired before its cluster's data as-of moment: the rule of
+    `lease_state`, as a query condition (`as_of`: `lease_as_of(now)`, read when not given)."""
+    as_of = lease_as_of(now) if as_of is None else as_of
+    before = _NEVER
+    for cluster_id, moment in as_of.items():
+        before |= Q(cluster_id=cluster_id, expires_at__lte=min(now, moment))
+    return ~Q(holder="") & before
+
+
+def unknown_condition(now: datetime, as_of: Mapping[int, datetime] | None = None) -> Q:
+    """Not known now: a cluster whose data is not current, or an expiry after the data's
+    as-of moment (the rule of `lease_state`)."""
+    as_of = lease_as_of(now) if as_of is None else as_of
+    late = _NEVER
+    for cluster_id, moment in as_of.items():
+        late |= Q(cluster_id=cluster_id, expires_at__gt=moment)
+    return ~Q(cluster_id__in=list(as_of)) | (~Q(holder="") & Q(expires_at__lte=now) & late)
+
+
+def state_counts(now: datetime, as_of: Mapping[int, datetime] | None = None) -> dict[str, Count]:
     """Aggregates counting a group's leases by state at `now`, for `.annotate(**...)`.
 
-    `total`, `released` and `expired`; the held ones are the rest (`held_count`).
+    `total`, `released`, `expired` and `unknown`; the held ones are the rest (`held_count`).
     """
+    as_of = lease_as_of(now) if as_of is None else as_of
     return {
         "total": Count("id"),
-        "released": Count("id", filter=Q(holder="")),
-        "expired": Count("id", filter=expired_condition(now)),
+        "released": Count("id", filter=Q(holder="") & Q(cluster_id__in=list(as_of))),
+        "expired": Count("id", filter=expired_condition(now, as_of)),
+        "unknown": Count("id", filter=unknown_condition(now, as_of)),
     }
 
 
 def held_count(row: Mapping[str, int]) -> int:
-    return row["total"] - row["released"] - row["expired"]
+    return row["total"] - row["released"] - row["expired"] - row["unknown"]
 
 
 def state_counts_by_cluster(now: datetime) -> dict[int, dict[str, int]]:
     """Live leases per cluster by state, plus the two alarming subsets, in one query."""
-    expired = expired_condition(now)
+    as_of = lease_as_of(now)
+    expired = expired_condition(now, as_of)
     rows = (
         Lease.objects.live()
         .values("cluster_id")
         .annotate(
-            **state_counts(now),
+            **state_counts(now, as_of),
             expiring_soon=Count(
                 "id",
-                filter=~Q(holder="") & Q(expires_at__gt=now, expires_at__lte=now + EXPIRING_SOON),
+                filter=~Q(holder="")
+                & Q(cluster_id__in=list(as_of))
+                & Q(expires_at__gt=now, expires_at__lte=now + EXPIRING_SOON),
             ),
             nodes_expired=Count("id", filter=expired & Q(lease_class=LeaseClass.NODE_HEARTBEAT)),
         )

@@ -62,11 +62,12 @@ class Coverage:
         with self._lock:
             self._live = False
 
-    def seen(self) -> None:
-        """A status flush while the watch is live: the row reaches now."""
+    def seen(self, as_of: datetime | None = None) -> None:
+        """A status flush while the watch is live: the row reaches the data's as-of moment
+        (now, when none is given)."""
         with self._lock:
             if self._live:
-                self._extend()
+                self._extend(as_of)
 
     def stopped(self) -> None:
         """A clean stop: a live row ends now, and no later call moves it."""
@@ -75,10 +76,12 @@ class Coverage:
                 self._extend()
             self._live = False
 
-    def _extend(self) -> None:
+    def _extend(self, as_of: datetime | None = None) -> None:
         if self._row_id is None:
             return
-        now = timezone.now()
+        now = timezone.now() if as_of is None else as_of
+        if self._last_seen is not None and now <= self._last_seen:
+            return  # nothing newer is known: the row already reaches that far
         try:
             with connection.cursor() as cursor:
                 cursor.execute(_statement(), [_db_time(now), self._row_id])

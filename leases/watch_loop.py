@@ -16,14 +16,16 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 from django.db import DatabaseError, close_old_connections
+from django.utils import timezone
 
 from leases import kube
+from leases.freshness import ResourceFreshness
 from leases.parse import resource_version_of
 from leases.watch_status import ResourceStatus
 
@@ -38,31 +40,74 @@ class WatchExpired(Exception):
     """The resourceVersion we resume from is gone: list again."""
 
 
+# A source that worked this recently is retried as one that is coming back.
+RECENTLY_HEALTHY_SECONDS = 60.0
+
+
 @dataclass
 class Backoff:
-    """Exponential backoff with jitter; credentials problems wait longer."""
+    """Exponential backoff with jitter, for failures that are not passing.
+
+    A failure is first taken as transient: the first `quick_tries` come back within
+    `quick_delay` seconds (with jitter), whatever their kind, while the source worked a
+    moment ago: a restarting API server refuses connections, answers 5xx or 429, and even
+    403 before its RBAC cache is loaded, for a few seconds. Only then does the delay grow;
+    credentials problems grow longer. A source that was healthy within
+    RECENTLY_HEALTHY_SECONDS never waits more than `recent_maximum` between tries.
+    """
 
     base: float = 1.0
     maximum: float = 30.0
     auth_base: float = 5.0
     auth_maximum: float = 120.0
     failures: int = 0
+    quick_tries: int = 3
+    quick_delay: float = 2.0
+    recent_maximum: float = 10.0
+    # When the source last worked (time.monotonic()), None: never, for this backoff.
+    healthy_at: float | None = None
 
     def next_delay(self, kind: str) -> float:
         self.failures += 1
+        recently = (
+            self.healthy_at is not None
+            and time.monotonic() - self.healthy_at < RECENTLY_HEALTHY_SECONDS
+        )
+        if recently and self.failures <= self.quick_tries:
+            return self.quick_delay * random.uniform(0.25, 1.0)  # noqa: S311 - jitter
         if kind in {"auth", "forbidden", "config"}:
             base, maximum = self.auth_base, self.auth_maximum
         else:
             base, maximum = self.base, self.maximum
-        delay = min(maximum, base * 2 ** (self.failures - 1))
+        if recently:
+            maximum = min(maximum, self.recent_maximum)
+        growth = self.failures - 1 - (self.quick_tries if recently else 0)
+        delay = min(maximum, base * 2 ** max(0, growth))
         return delay * random.uniform(0.8, 1.0)  # noqa: S311 - jitter, not security
 
     def reset(self) -> None:
+        """The source works: the next failure starts from the quick retries."""
         self.failures = 0
+        self.healthy_at = time.monotonic()
 
     def fresh(self) -> Backoff:
         """The same delays, counted from zero (one per resource)."""
-        return Backoff(self.base, self.maximum, self.auth_base, self.auth_maximum)
+        return Backoff(
+            self.base,
+            self.maximum,
+            self.auth_base,
+            self.auth_maximum,
+            quick_tries=self.quick_tries,
+            quick_delay=self.quick_delay,
+            recent_maximum=self.recent_maximum,
+        )
+
+
+# A 403 is taken for missing RBAC only when it persists: this many in a row, over at least
+# this long. Before that it reads as what it usually is after a reconnect, a restarting
+# API server whose authorizer has not loaded the cluster's roles yet.
+FORBIDDEN_PERSISTS_COUNT = 3
+FORBIDDEN_PERSISTS_SECONDS = 10.0
 
 
 class Ingestor(Protocol):
@@ -94,6 +139,8 @@ class WatchedResource:
     # may have fixed the kubeconfig. Not a 403 on Nodes alone: RBAC is checked per request,
     # and dropping the shared client would pause the LeaseCandidates refresh for nothing.
     reconnect_on: frozenset[str] = frozenset({"auth", "forbidden", "tls", "config"})
+    # What the watcher knows of this resource's currency (leases.freshness).
+    freshness: ResourceFreshness = field(default_factory=ResourceFreshness)
 
 
 class ResourceReader:
@@ -128,6 +175,11 @@ class ResourceReader:
         self.watches_opened = 0
         self._stream: kube.WatchStream | None = None
         self._stream_lock = threading.Lock()
+        # Set to end a backoff early (the probe saw the server answer again).
+        self._retry = threading.Event()
+        # 403s in a row and when the first of them came (time.monotonic()).
+        self._forbidden_count = 0
+        self._forbidden_since = 0.0
 
     @property
     def watching(self) -> bool:
@@ -135,11 +187,49 @@ class ResourceReader:
         return self._stream is not None
 
     def close_stream(self) -> None:
-        """End a blocked read from another thread (a stop)."""
+        """End a blocked read from another thread (a stop, or a stream the probe found
+        dead or stuck: the reader then resumes from its last resourceVersion)."""
         with self._stream_lock:
             stream = self._stream
         if stream is not None:
             stream.close()
+
+    def retry_now(self) -> None:
+        """End the current backoff wait (from another thread)."""
+        self._retry.set()
+
+    def _wait(self, delay: float) -> None:
+        """Back off for `delay` seconds, or until stopped or told to retry now."""
+        self._retry.clear()
+        deadline = time.monotonic() + delay
+        while not self._stop.is_set() and not self._retry.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            # Two events cannot be waited on at once: the stop is checked every 0.2 s.
+            self._retry.wait(min(left, 0.2))
+
+    def _persistent_forbidden(self, error: kube.KubeError) -> kube.KubeError:
+        """A 403 as RBAC advice only once it persists; before that, as a passing refusal."""
+        if self.backoff.healthy_at is None:
+            # Never read here: nothing suggests a server coming back, so say what is missing.
+            return error
+        now = time.monotonic()
+        if self._forbidden_count == 0:
+            self._forbidden_since = now
+        self._forbidden_count += 1
+        if (
+            self._forbidden_count >= FORBIDDEN_PERSISTS_COUNT
+            and now - self._forbidden_since >= FORBIDDEN_PERSISTS_SECONDS
+        ):
+            return error
+        return kube.KubeError(
+            f"The API server refused to read {self.resource.plural} (403 Forbidden): "
+            "an API server that is starting refuses this until it has loaded its roles, so "
+            "the watcher retries at once. If it persists, RBAC is missing.",
+            kind="forbidden_passing",
+            status=403,
+        )
 
     def run(self) -> None:
         """Read until stopped; never raises for cluster-side problems."""
@@ -164,12 +254,16 @@ class ResourceReader:
                 if error.kind == "gone":
                     resource_version = ""
                     continue
+                if error.kind == "forbidden":
+                    error = self._persistent_forbidden(error)
+                else:
+                    self._forbidden_count = 0
                 if error.kind in self.resource.reconnect_on:
                     self._forget_connection()
                 delay = self.backoff.next_delay(error.kind)
                 status.failed(error.message, kind=error.kind)
-                logger.warning("cluster %s: %s (retrying in %.0f s)", self.cluster_id, error, delay)
-                self._stop.wait(delay)
+                logger.warning("cluster %s: %s (retrying in %.1f s)", self.cluster_id, error, delay)
+                self._wait(delay)
             except Exception as exc:
                 # A failure nobody foresaw (a value the HTTP client refuses, the database
                 # going away): a reader that ended here would leave the resource unwatched
@@ -191,12 +285,14 @@ class ResourceReader:
                     delay,
                     "".join(traceback.format_tb(exc.__traceback__)),
                 )
-                self._stop.wait(delay)
+                self._wait(delay)
 
     def _relist(self, api: object) -> str:
         ingestor, key_of = self.resource.ingestor, self.resource.key_of
         listed: set[Any] = set()
         resource_version = ""
+        # A list shows the server as it was when asked (its first page, consistently).
+        asked_at = timezone.now()
         for page in self.resource.list_pages(api):
             for item in page.items:
                 key = key_of(item)
@@ -207,7 +303,9 @@ class ResourceReader:
         # The server answers again: the next break starts from the shortest delay, not from
         # where an outage left the backoff.
         self.backoff.reset()
+        self._forbidden_count = 0
         self.resource.status.listed()
+        self.resource.freshness.listed(asked_at, resource_version)
         logger.info(
             "cluster %s: listed %d %s (%d gone) at resourceVersion %s",
             self.cluster_id,
@@ -247,6 +345,7 @@ class ResourceReader:
                     delivered = True
                     self.backoff.reset()
                 resource_version = self._read_lines(lines, stream, api, resource_version)
+                self.resource.freshness.delivered_to(resource_version)
                 if self._stop.is_set():
                     break
         finally:

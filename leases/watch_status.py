@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 from typing import Any, Protocol
 
 from django.db import DatabaseError, close_old_connections, connection
@@ -32,6 +33,8 @@ _NODE_STATE_BY_KIND = {
     "timeout": ResourceWatchState.RECONNECTING,
     "server": ResourceWatchState.RECONNECTING,
     "gone": ResourceWatchState.RECONNECTING,
+    # A 403 that has not persisted yet (leases.watch_loop): a restarting server, likely.
+    "forbidden_passing": ResourceWatchState.RECONNECTING,
 }
 
 
@@ -42,7 +45,9 @@ class ResourceStatus(Protocol):
 
     def failed(self, message: str, *, kind: str) -> None: ...
 
-    def flushed(self, result: Any, committed_version: str, watching: bool) -> dict[str, Any]: ...
+    def flushed(
+        self, result: Any, committed_version: str, watching: bool, as_of: datetime | None
+    ) -> dict[str, Any]: ...
 
     def skipped(self, result: Any) -> int: ...
 
@@ -124,6 +129,7 @@ class LeaseStatus:
         # Worst event-to-commit delay seen by this watcher (the row keeps the last flush's).
         self.max_lag_seconds = 0.0
         self.coverage = Coverage(cluster_id)
+        self._as_of_written: datetime | None = None
 
     def listed(self) -> None:
         # Not swallowed: a database gone away here is the reader's to report and retry.
@@ -155,12 +161,17 @@ class LeaseStatus:
             self.coverage.lost()
         update_cluster(self.cluster_id, updates)
 
-    def flushed(self, result: Any, committed_version: str, watching: bool) -> dict[str, Any]:
+    def flushed(
+        self, result: Any, committed_version: str, watching: bool, as_of: datetime | None
+    ) -> dict[str, Any]:
         now = time.monotonic()
-        # The one write of its own a flush makes: the live stretch reaches this moment.
-        self.coverage.seen()
+        # The one write of its own a flush makes: the live stretch reaches the data's as-of
+        # moment (not the clock: a stalled server's silence is not watched time).
+        self.coverage.seen(as_of)
         self._events_since_rate += result.events
         updates: dict[str, Any] = {"events_total": Added(result.events)}
+        if as_of is not None and as_of != self._as_of_written:
+            updates["leases_as_of"] = self._as_of_written = as_of
         wrote = result.leases_written or result.deletions_written or result.transitions_written
         if watching or wrote:
             # A flush vouches for the data only while a watch is open (or when it wrote what
@@ -202,6 +213,7 @@ class NodeStatus:
         self.cluster_id = cluster_id
         self.owner = owner[:200]
         self.max_lag_seconds = 0.0
+        self._as_of_written: datetime | None = None
 
     def listed(self) -> None:
         update_cluster(
@@ -243,8 +255,12 @@ class NodeStatus:
             },
         )
 
-    def flushed(self, result: Any, committed_version: str, watching: bool) -> dict[str, Any]:
+    def flushed(
+        self, result: Any, committed_version: str, watching: bool, as_of: datetime | None
+    ) -> dict[str, Any]:
         updates: dict[str, Any] = {}
+        if as_of is not None and as_of != self._as_of_written:
+            updates["nodes_as_of"] = self._as_of_written = as_of
         if result.events:
             updates["nodes_events_total"] = Added(result.events)
             updates["nodes_last_event_at"] = timezone.now()

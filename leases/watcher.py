@@ -1,12 +1,17 @@
 """The watcher of one cluster: its Leases and its Nodes, one lock, one worker.
 
 One reader thread per resource (leases.watch_loop: list, watch, resume, relist on 410,
-backoff) and one housekeeping thread. The caller of `run` reads Leases; a second thread
+backoff), one probe thread (leases.watch_probe: is the server answering, is each stream
+current?) and one housekeeping thread. The caller of `run` reads Leases; a second thread
 reads Nodes. The housekeeping thread flushes both ingestors twice a second and writes their
-status in one UPDATE, renews the lock, refreshes LeaseCandidates and notices when the
-watcher must stop (lock lost, cluster disabled, worker shutting down); it ends blocked reads
-by closing the streams. A resource that fails (a 403 on nodes, say) backs off alone: the
-other keeps being read.
+status and as-of moments in one UPDATE, renews the lock, refreshes LeaseCandidates and
+notices when the watcher must stop (lock lost, cluster disabled, worker shutting down); it
+ends blocked reads by closing the streams. A resource that fails (a 403 on nodes, say)
+backs off alone: the other keeps being read.
+
+The housekeeping thread outlives its own dependencies: a database or Redis outage is
+logged once and waited out (every call is retried on the next tick), never an uncaught
+exception that would leave the readers' streams open with nobody to stop them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import time
 import traceback
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
 from django.db.models import F
 
@@ -37,6 +43,7 @@ from leases.watch_loop import (
     WatchExpired,
     unexpected_error_text,
 )
+from leases.watch_probe import ServerProbe
 from leases.watch_status import (
     Added,
     LeaseStatus,
@@ -57,6 +64,8 @@ FLUSH_INTERVAL_SECONDS = 0.5
 LOCK_RENEW_INTERVAL_SECONDS = 5.0
 CANDIDATES_INTERVAL_SECONDS = 15.0
 SETTINGS_CHECK_INTERVAL_SECONDS = 5.0
+# While the lock's store does not answer, renewals are tried at every tick: once it is
+# back, the lock is regained before another worker's start request can take it.
 
 
 def _freeze_long_lived_objects() -> None:
@@ -94,6 +103,7 @@ class LeaseWatcher:
         candidates_interval: float = CANDIDATES_INTERVAL_SECONDS,
         backoff: Backoff | None = None,
         stream_proved_seconds: float = STREAM_PROVED_SECONDS,
+        probe_interval: float | None = None,
     ) -> None:
         self.cluster_id = cluster_id
         self.owner = owner
@@ -104,6 +114,17 @@ class LeaseWatcher:
         self.candidates_interval = candidates_interval
         self.backoff = backoff or Backoff()
         self.stream_proved_seconds = stream_proved_seconds
+        self.probe = ServerProbe(
+            cluster_id,
+            readers=lambda: (self.leases, self.nodes),
+            api=lambda: self._api,
+            stop=self.stop,
+            interval=settings.WATCH_PROBE_SECONDS if probe_interval is None else probe_interval,
+        )
+        # Since when the lock's store has not answered (time.monotonic()), None: it does.
+        self._lock_trouble_since: float | None = None
+        # Since when the database has failed the housekeeping's own reads, None: it works.
+        self._database_trouble_since: float | None = None
         self._api: object | None = None
         self._api_lock = threading.Lock()
         self.lease_status = LeaseStatus(cluster_id, owner)
@@ -172,8 +193,12 @@ class LeaseWatcher:
             name=f"watch-nodes-{self.cluster_id}",
             daemon=True,
         )
+        prober = threading.Thread(
+            target=self.probe.run, name=f"watch-probe-{self.cluster_id}", daemon=True
+        )
         housekeeping.start()
         node_reader.start()
+        prober.start()
         try:
             self.leases.run()
         finally:
@@ -182,6 +207,7 @@ class LeaseWatcher:
             self._request_stop()
             node_reader.join(timeout=30)
             housekeeping.join(timeout=30)
+            prober.join(timeout=30)
             self._flush_and_report()
             self.lease_status.stopped()
             self.node_status.stopped()
@@ -258,15 +284,15 @@ class LeaseWatcher:
                 flushed_at = time.monotonic()
                 self._flush_and_report()
                 now = time.monotonic()
-                if self.lock is not None and now >= next_renew:
-                    if not self.lock.renew():
+                if self.lock is not None and (now >= next_renew or self._lock_trouble_since):
+                    if not self._renew_lock():
                         logger.warning("cluster %s: watcher lock lost; stopping", self.cluster_id)
                         self._request_stop()
                         break
                     next_renew = now + LOCK_RENEW_INTERVAL_SECONDS
                 if now >= next_settings:
                     next_settings = now + SETTINGS_CHECK_INTERVAL_SECONDS
-                    if not KubeCluster.objects.filter(pk=self.cluster_id, enabled=True).exists():
+                    if not self._still_enabled():
                         logger.info("cluster %s: disabled or removed; stopping", self.cluster_id)
                         self._request_stop()
                         break
@@ -276,8 +302,72 @@ class LeaseWatcher:
                 if SHUTDOWN.is_set():
                     self._request_stop()
                     break
+        except Exception:
+            # Nothing above should raise; if something does, the readers must not be left
+            # streaming with nobody to flush or stop them: the watcher stops (its task ends,
+            # the lock is released, and a new watcher starts clean).
+            logger.exception(
+                "cluster %s: the housekeeping thread failed; stopping", self.cluster_id
+            )
+            self._request_stop()
         finally:
             connection.close()
+
+    def _renew_lock(self) -> bool:
+        """Renew (or regain) the lock; False only when another owner has it now.
+
+        While the lock's store does not answer, nobody can take the lock either: keep
+        watching and try again at every tick. Once the store answers, the lock is renewed,
+        or regained if it expired meanwhile (a Redis restart loses every key), or found to be
+        another's: then the watcher stops, closing its streams first.
+        """
+        assert self.lock is not None
+        try:
+            kept = self.lock.renew() or self.lock.regain()
+        except Exception as exc:  # the store's own errors: redis, or the database cache's
+            if self._lock_trouble_since is None:
+                self._lock_trouble_since = time.monotonic()
+                logger.warning(
+                    "cluster %s: the watcher lock cannot be renewed (%s: %s); still watching, "
+                    "retrying",
+                    self.cluster_id,
+                    type(exc).__name__,
+                    str(exc).splitlines()[0][:200] if str(exc) else "",
+                )
+            close_old_connections()
+            return True
+        if self._lock_trouble_since is not None:
+            logger.info(
+                "cluster %s: the lock's store answers again after %.0f s; %s",
+                self.cluster_id,
+                time.monotonic() - self._lock_trouble_since,
+                "the lock is kept" if kept else "another worker has the lock",
+            )
+            self._lock_trouble_since = None
+        return kept
+
+    def _still_enabled(self) -> bool:
+        """The cluster is still enabled; True while the database cannot say (keep going)."""
+        try:
+            enabled = KubeCluster.objects.filter(pk=self.cluster_id, enabled=True).exists()
+        except DatabaseError as exc:
+            close_old_connections()
+            if self._database_trouble_since is None:
+                self._database_trouble_since = time.monotonic()
+                logger.warning(
+                    "cluster %s: the database does not answer (%s); still watching, retrying",
+                    self.cluster_id,
+                    unexpected_error_text(exc),
+                )
+            return True
+        if self._database_trouble_since is not None:
+            logger.info(
+                "cluster %s: the database answers again after %.0f s",
+                self.cluster_id,
+                time.monotonic() - self._database_trouble_since,
+            )
+            self._database_trouble_since = None
+        return enabled
 
     def _flush_and_report(self) -> None:
         """Flush every resource's ingestor; their status lands in one UPDATE."""
@@ -291,6 +381,7 @@ class LeaseWatcher:
             # batch being written, so the status never claims more than what is committed.
             committed_version = reader.resource_version
             watching = reader.watching
+            as_of = reader.resource.freshness.as_of
             try:
                 result = reader.resource.ingestor.flush()
             except DatabaseError as exc:
@@ -319,7 +410,7 @@ class LeaseWatcher:
                     "".join(traceback.format_tb(exc.__traceback__)),
                 )
                 continue
-            updates.update(status.flushed(result, committed_version, watching))
+            updates.update(status.flushed(result, committed_version, watching, as_of))
             skipped += status.skipped(result)
         if skipped:
             updates["skipped_objects_total"] = Added(skipped)

@@ -118,7 +118,14 @@ def node_lines(
                 created_at=node.created_at,
                 cordoned=node.unschedulable,
                 instance=instance_uuid(node.provider_id),
-                heartbeat=lease_state(lease.holder, lease.expires_at, now) if lease else None,
+                heartbeat=lease_state(
+                    lease.holder,
+                    lease.expires_at,
+                    now,
+                    kube_cluster.leases_as_of if kube_cluster.enabled else None,
+                )
+                if lease
+                else None,
                 heartbeat_renewed=lease.renew_time if lease else None,
                 heartbeat_expires=lease.expires_at if lease else None,
                 heartbeat_url=lease_url(prefix, kube_cluster.name, NODE_LEASE_NAMESPACE, node.name)

@@ -13,6 +13,7 @@ from leases.kube.client import (
     LIST_PAGE_SIZE,
     LIST_READ_TIMEOUT_SECONDS,
     NODE_GRANT,
+    PROBE_TIMEOUT_SECONDS,
     CheckedKubeconfig,
     ClusterConfig,
     KubeError,
@@ -24,10 +25,16 @@ from leases.kube.client import (
     list_leases,
     list_nodes,
     parse_kubeconfig,
+    probe_revision,
     server_address,
     status_error,
 )
-from leases.kube.watch import WatchStream, open_lease_watch, open_node_watch
+from leases.kube.watch import (
+    WatchStream,
+    changes_since,
+    open_lease_watch,
+    open_node_watch,
+)
 
 __all__ = [
     "CANDIDATE_API_VERSIONS",
@@ -37,11 +44,13 @@ __all__ = [
     "LIST_PAGE_SIZE",
     "LIST_READ_TIMEOUT_SECONDS",
     "NODE_GRANT",
+    "PROBE_TIMEOUT_SECONDS",
     "CheckedKubeconfig",
     "ClusterConfig",
     "KubeError",
     "ListPage",
     "WatchStream",
+    "changes_since",
     "connect",
     "iter_all_leases",
     "iter_all_nodes",
@@ -51,6 +60,7 @@ __all__ = [
     "open_lease_watch",
     "open_node_watch",
     "parse_kubeconfig",
+    "probe_revision",
     "server_address",
     "status_error",
 ]

@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 CONNECT_TIMEOUT_SECONDS = 10.0
 LIST_READ_TIMEOUT_SECONDS = 60.0
 LIST_PAGE_SIZE = 500
+# The probe of a server (leases.watch_probe): a tiny request that must answer at once. A
+# server that takes longer is, for the watcher, a server that does not answer.
+PROBE_TIMEOUT_SECONDS = 3.0
 CANDIDATE_API_VERSIONS = ("v1beta1", "v1alpha2")
 COORDINATION_GROUP = "coordination.k8s.io"
 # What a 403 asks the cluster's administrator to grant, per resource.
@@ -173,6 +176,27 @@ def _list_page(
         resource_version=str(metadata.get("resourceVersion") or ""),
         continue_token=str(metadata.get("continue") or ""),
     )
+
+
+def probe_revision(api: k8s.ApiClient, timeout: float = PROBE_TIMEOUT_SECONDS) -> str:
+    """The server's current resourceVersion, from a one-item Lease list.
+
+    Without a resourceVersion a list is a quorum read of etcd, so its answer proves the
+    API server and its storage answered now, and the collection's resourceVersion is the
+    storage's revision at that moment: a watch stream that has delivered that far has
+    missed nothing before it. The body is a single lease, so the read timeout bounds it.
+    """
+    call = k8s.CoordinationV1Api(api).list_lease_for_all_namespaces
+    with _translated_errors(api, "probe the API server (list leases)", LEASE_GRANT):
+        response = call(limit=1, _preload_content=False, _request_timeout=(timeout, timeout))
+        body = _read_json(response, "lease list")
+    metadata = body.get("metadata")
+    revision = str(metadata.get("resourceVersion") or "") if isinstance(metadata, dict) else ""
+    if not revision:
+        raise KubeError(
+            "The API server answered a lease list without a resourceVersion.", kind="bad_response"
+        )
+    return revision[:64]
 
 
 def list_lease_candidates(api: k8s.ApiClient) -> tuple[str, list[dict[str, Any]]]:

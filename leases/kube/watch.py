@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import urllib3
 from kubernetes import client as k8s
 
@@ -26,7 +27,10 @@ from leases.kube.client import (
     CONNECT_TIMEOUT_SECONDS,
     LEASE_GRANT,
     NODE_GRANT,
+    KubeError,
     _translated_errors,
+    server_address,
+    status_error,
 )
 
 logger = logging.getLogger(__name__)
@@ -38,6 +42,10 @@ READ_SIZE = 256 * 1024
 # time, and each read (wake-up, GIL, chunk parsing) costs as much as parsing a few events;
 # 50 ms is nothing beside the 500 ms between flushes, and the stream stays fully read.
 READ_PAUSE_SECONDS = 0.05
+# A real kube-apiserver sends a watch's headers as soon as the watch starts; a server that
+# has not sent them within this is not answering (a frozen process still accepts
+# connections: the kernel does). The stream itself then reads with the long timeout.
+WATCH_HEADERS_TIMEOUT_SECONDS = 10.0
 
 
 class WatchStream:
@@ -156,6 +164,72 @@ def _open_watch(
             resource_version=resource_version,
             timeout_seconds=timeout_seconds,
             _preload_content=False,
-            _request_timeout=(CONNECT_TIMEOUT_SECONDS, timeout_seconds + 30),
+            _request_timeout=(
+                CONNECT_TIMEOUT_SECONDS,
+                min(WATCH_HEADERS_TIMEOUT_SECONDS, timeout_seconds + 30),
+            ),
         )
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if isinstance(sock, socket.socket):
+        # The headers came: from here on a read waits as long as a quiet stream may be
+        # silent (the probe, not this timeout, notices a server that stops answering).
+        sock.settimeout(timeout_seconds + 30)
     return WatchStream(api, response, action, grant)
+
+
+_WATCH_CALLS: dict[str, tuple[Callable[[k8s.ApiClient], Callable[..., Any]], str]] = {
+    "leases": (lambda api: k8s.CoordinationV1Api(api).list_lease_for_all_namespaces, LEASE_GRANT),
+    "nodes": (lambda api: k8s.CoreV1Api(api).list_node, NODE_GRANT),
+}
+
+
+def changes_since(
+    api: k8s.ApiClient, plural: str, resource_version: str, *, seconds: int = 1, deadline: float
+) -> list[tuple[str, str]]:
+    """(type, resourceVersion) of every event after `resource_version`, from a watch the
+    server ends after `seconds`: a check that a quiet stream has missed nothing.
+
+    The server replays every change after that version at once, so an empty answer means
+    nothing changed since; `deadline` (a time.monotonic() moment) bounds the whole call.
+    A 410 (the version is no longer kept) raises a KubeError of kind "gone".
+    """
+    call, grant = _WATCH_CALLS[plural]
+    action = f"check the {plural} watch"
+    timeout = max(0.5, deadline - time.monotonic())
+    with _translated_errors(api, action, grant):
+        response = call(api)(
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=resource_version,
+            timeout_seconds=seconds,
+            _preload_content=False,
+            _request_timeout=(timeout, timeout),
+        )
+    stream = WatchStream(api, response, action, grant, read_pause=0.0)
+    events: list[tuple[str, str]] = []
+    try:
+        for batch in stream.batches():
+            for line in batch:
+                events.append(_event_version(line, stream, api))
+            if time.monotonic() > deadline:
+                raise KubeError(f"The API server took too long to {action}.", kind="timeout")
+    finally:
+        stream.close()
+    return events
+
+
+def _event_version(line: bytes, stream: WatchStream, api: k8s.ApiClient) -> tuple[str, str]:
+    """An event's type and its object's resourceVersion ("" where unreadable)."""
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return "MALFORMED", ""
+    if not isinstance(event, dict):
+        return "MALFORMED", ""
+    kind, obj = str(event.get("type") or ""), event.get("object")
+    if kind == "ERROR":
+        status = obj if isinstance(obj, dict) else {}
+        raise status_error(status, stream.action, server_address(api))
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    return kind, str(version or "")[:64]

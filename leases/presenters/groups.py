@@ -18,7 +18,7 @@ from dashboard.links import lease_url, path_segment
 from dashboard.timefmt import When, format_duration, iso_js, relative_text, when
 from leases.availability import WINDOWS, Availability, group_availability
 from leases.groups import GroupState, GroupStatus, Slot, SlotState, leader_group, leader_groups
-from leases.models import KubeCluster, LeaseTransition
+from leases.models import KubeCluster, LeaseState, LeaseTransition
 from leases.presenters.display import expiry_text, leases_prefix
 from leases.presenters.lease_detail import WINDOW_LABELS
 from leases.presenters.watchers import ClusterStatus, cluster_status, cluster_statuses
@@ -143,10 +143,19 @@ class SlotRow:
     fencing_reused: When | None
 
 
+# A slot's state as its lease's (the group's reads judged it already, by the data's as-of).
+_LEASE_STATES = {
+    SlotState.HELD: LeaseState.HELD,
+    SlotState.EXPIRED: LeaseState.EXPIRED,
+    SlotState.FREE: LeaseState.RELEASED,
+    SlotState.UNKNOWN: LeaseState.UNKNOWN,
+}
+
+
 def slot_row(slot: Slot, cluster: str, prefix: str, now: datetime) -> SlotRow:
     lease = slot.lease
     assert lease is not None  # only seen slots get a row
-    state = lease.state_at(now)
+    state = _LEASE_STATES.get(slot.state, LeaseState.UNKNOWN)
     return SlotRow(
         index=slot.index,
         state=slot.state,

@@ -136,10 +136,12 @@ def build_lease_row(
     prefix: str,
     policy: FlapPolicy,
     words: RowWords | None = None,
+    as_of: Mapping[int, datetime | None] | None = None,
 ) -> LeaseRow:
     """A table row from a `table_page` row: TABLE_COLUMNS, then recent holder changes,
-    judged at `bounds.now`. `words`: the texts every row shares, in the active language
-    (looked up once per table, not once per row)."""
+    judged at `bounds.now` by its cluster's data as-of moment (`as_of`, by cluster id; a
+    cluster missing from it has no data that judges anything). `words`: the texts every row
+    shares, in the active language (looked up once per table, not once per row)."""
     if words is None:
         words = row_words(policy)
     (
@@ -161,7 +163,7 @@ def build_lease_row(
         flap_count,
     ) = row
     now, time = bounds.now, words.time
-    state = lease_state(holder, expires_at, now)
+    state = lease_state(holder, expires_at, now, as_of.get(cluster_id) if as_of else None)
     flapping = policy.is_flapping(flap_count)
     deleted = deleted_at is not None
     # The problems of `Problem` as `fencing_anomaly` and `expiring_soon` judge them (and
@@ -216,7 +218,11 @@ def build_lease_row(
         # Countdowns only tick for held leases: a released lease's expiry means nothing.
         iso_js(expires_at) if expires_at and state is not LeaseState.RELEASED else "",
         # A released lease has no holder left to expire.
-        time.countdown(None if state is LeaseState.RELEASED else expires_at, now),
+        (
+            words.not_confirmed % {"ago": time.duration((now - expires_at).total_seconds())}
+            if state is LeaseState.UNKNOWN and expires_at is not None and expires_at <= now
+            else time.countdown(None if state is LeaseState.RELEASED else expires_at, now)
+        ),
         flap_count,
         flapping,
         # Only flapping rows, a handful, pay for the plural.
@@ -296,8 +302,9 @@ def lease_table(
     stale = {cluster.id for cluster in clusters if cluster.stale or not cluster.enabled}
     bounds = ProblemBounds.at(now, (row[DURATION] for row in page.rows))
     words = row_words(policy)
+    as_of = {cluster.id: cluster.as_of for cluster in clusters}
     rows = [
-        build_lease_row(row, bounds, cluster_names, stale, prefix, policy, words)
+        build_lease_row(row, bounds, cluster_names, stale, prefix, policy, words, as_of)
         for row in page.rows
     ]
     return LeaseTable(
@@ -328,6 +335,8 @@ class RowWords:
 
     class_labels: Mapping[str, str]
     never: str
+    # An expiry past the data's as-of moment: "not known: due %(ago)s ago, …".
+    not_confirmed: str
     flap_window: str
     time: TimeWords
 
@@ -344,6 +353,9 @@ def row_words(policy: FlapPolicy) -> RowWords:
         # The labels are lazy: resolved here once, not once per row.
         class_labels={value: str(label) for value, label in CLASS_LABELS.items()},
         never=gettext("never"),
+        not_confirmed=gettext(
+            "not known: due %(ago)s ago, after the data's last confirmed moment"
+        ),
         flap_window=format_duration(policy.window.total_seconds()),
         time=time_words(),
     )

@@ -149,7 +149,7 @@ def _heartbeat(kube_cluster: KubeCluster, name: str, now: datetime) -> Heartbeat
     ).first()
     if lease is None:
         return None
-    state = lease.state_at(now)
+    state = lease.state_at(now, kube_cluster.leases_as_of if kube_cluster.enabled else None)
     return Heartbeat(
         url=lease_url(leases_prefix(), kube_cluster.name, NODE_LEASE_NAMESPACE, name),
         state=state,

@@ -226,13 +226,15 @@ def _lease_links(
     cluster: str,
     detail: Mapping[int, str] | None = None,
     now: datetime | None = None,
+    as_of: datetime | None = None,
 ) -> list[LeaseLink]:
     links = []
     for row in leases:
         expires_at = row.get("expires_at")
         text = detail.get(row["id"], "") if detail else ""
         if not text and now is not None and expires_at is not None:
-            text = expiry_text(lease_state(row["holder"], expires_at, now), expires_at, now)
+            state = lease_state(row["holder"], expires_at, now, as_of)
+            text = expiry_text(state, expires_at, now)
         links.append(
             LeaseLink(
                 url=lease_url(prefix, cluster, row["namespace"], row["name"]),
@@ -339,7 +341,7 @@ def leases_overview(now: datetime) -> LeasesOverview:
                 .order_by("expires_at")
                 .values(*link_fields)[:OVERVIEW_LIST_LIMIT]
             )
-            expiring = _lease_links(soon, prefix, status.name, now=now)
+            expiring = _lease_links(soon, prefix, status.name, now=now, as_of=status.as_of)
         nodes: list[LeaseLink] = []
         if count.get("nodes_expired"):
             expired_nodes = (
@@ -349,7 +351,7 @@ def leases_overview(now: datetime) -> LeasesOverview:
                 .order_by("-expires_at")
                 .values(*link_fields)[:OVERVIEW_LIST_LIMIT]
             )
-            nodes = _lease_links(expired_nodes, prefix, status.name, now=now)
+            nodes = _lease_links(expired_nodes, prefix, status.name, now=now, as_of=status.as_of)
         flapping_rows = sorted(
             flapping_by_cluster.get(status.id, []), key=lambda row: -flap_rows[row["id"]]
         )

@@ -81,6 +81,10 @@ class ClusterStatus:
     problem: str
     # Works, but an engineer should know (TLS verification off); from the kubeconfig check.
     config_warning: str
+    # The lease data's as-of moment (leases.freshness), what states are judged by; None
+    # for a disabled cluster, whose data is judged by nothing.
+    as_of: datetime | None
+    as_of_when: When | None
     # Objects stored without their NUL characters or skipped because the database refused them.
     skipped_objects_total: int
     nodes: NodeWatchStatus
@@ -97,18 +101,18 @@ def _cluster_problem(cluster: KubeCluster, stale: bool, now: datetime) -> str:
         return ""
     # The error is the API server's or the client's own text: shown as written.
     error = cluster.last_error or gettext("no error was recorded")
-    if not has_data(cluster):
+    if not has_data(cluster) or cluster.leases_as_of is None:
         return gettext(
             "No data from cluster %(name)s yet — its watcher has not connected: %(error)s"
         ) % {"name": cluster.name, "error": error}
-    age = format_duration((now - cluster.last_flush_at).total_seconds())
+    age = format_duration(max(0.0, (now - cluster.leases_as_of).total_seconds()))
     if not cluster.connected:
         return gettext(
             "Data from cluster %(name)s is %(age)s old — its watcher is not connected: %(error)s"
         ) % {"name": cluster.name, "age": age, "error": error}
     return gettext(
-        "Data from cluster %(name)s is %(age)s old — its watcher is connected but has "
-        "written nothing since: %(error)s"
+        "Data from cluster %(name)s is %(age)s old — its watch is open, but the API server "
+        "has not confirmed anything since (it may be frozen, or the stream stuck): %(error)s"
     ) % {"name": cluster.name, "age": age, "error": error}
 
 
@@ -136,14 +140,19 @@ def node_watch_status(cluster: KubeCluster, lease_stale: bool, now: datetime) ->
     """The same housekeeping thread writes both resources: Node rows are current while
     their watch is open and the cluster's watcher is live (its lease flushes are fresh)."""
     state = ResourceWatchState(cluster.nodes_watch or ResourceWatchState.NOT_STARTED)
-    live = state == ResourceWatchState.WATCHING and not lease_stale and cluster.enabled
+    live = (
+        state == ResourceWatchState.WATCHING
+        and not lease_stale
+        and cluster.enabled
+        and not cluster.nodes_stale(now)
+    )
     if cluster.nodes_last_list_at is None:
         freshness = gettext("no data yet")
     elif live:
         freshness = gettext("live")
     else:
-        # Since the trouble began (the first failure), or since the watcher was last alive.
-        since = cluster.nodes_last_error_at or cluster.last_flush_at or cluster.nodes_last_list_at
+        # The Node data's as-of moment: the last moment it was known to match the server.
+        since = cluster.nodes_as_of or cluster.nodes_last_list_at
         freshness = gettext("data %(age)s old") % {
             "age": format_duration(max(0.0, (now - since).total_seconds()))
         }
@@ -196,10 +205,12 @@ def cluster_status(cluster: KubeCluster, now: datetime) -> ClusterStatus:
         last_error_at=when(cluster.last_error_at, now),
         candidates_api=cluster.candidates_api,
         data_age=(
-            format_duration((now - cluster.last_flush_at).total_seconds())
-            if has_data(cluster) and cluster.last_flush_at is not None
+            format_duration(max(0.0, (now - cluster.leases_as_of).total_seconds()))
+            if has_data(cluster) and cluster.leases_as_of is not None
             else gettext("no data yet")
         ),
+        as_of=cluster.leases_as_of if cluster.enabled else None,
+        as_of_when=when(cluster.leases_as_of, now),
         has_data=has_data(cluster),
         candidates=candidates_text(cluster),
         problem=_cluster_problem(cluster, stale, now),

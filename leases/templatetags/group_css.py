@@ -17,24 +17,28 @@ SLOT_PILLS: dict[str, str] = {
     SlotState.EXPIRED: "pill-bad",
     SlotState.FREE: "pill-quiet",
     SlotState.UNSEEN: "pill-quiet",
+    SlotState.UNKNOWN: "pill-warn",
 }
 
 GROUP_PILLS: dict[str, str] = {
     GroupStatus.STAFFED: "pill-ok",
     GroupStatus.DEGRADED: "pill-warn",
     GroupStatus.UNSTAFFED: "pill-bad",
+    GroupStatus.UNKNOWN: "pill-warn",
 }
 
 GROUP_COUNTS: dict[str, str] = {
     GroupStatus.STAFFED: "",
     GroupStatus.DEGRADED: "warn",
     GroupStatus.UNSTAFFED: "bad",
+    GroupStatus.UNKNOWN: "warn",
 }
 
 GROUP_ROWS: dict[str, str] = {
     GroupStatus.STAFFED: "",
     GroupStatus.DEGRADED: "row-warn",
     GroupStatus.UNSTAFFED: "row-bad",
+    GroupStatus.UNKNOWN: "",
 }
 
 

@@ -17,6 +17,8 @@ STATE_PILLS: dict[str, str] = {
     LeaseState.HELD: "pill-ok",
     LeaseState.EXPIRED: "pill-bad",
     LeaseState.RELEASED: "pill-quiet",
+    # Not known (stale data, or an expiry after the data's as-of moment): amber, never red.
+    LeaseState.UNKNOWN: "pill-warn",
 }
 
 

@@ -182,7 +182,12 @@ def node_leases(
     held = expired = 0
     expired_names: set[str] = set()
     for lease in node_heartbeats(kube_cluster):
-        state = lease_state(lease["holder"], lease["expires_at"], now)
+        state = lease_state(
+            lease["holder"],
+            lease["expires_at"],
+            now,
+            kube_cluster.leases_as_of if kube_cluster.enabled else None,
+        )
         if state == LeaseState.EXPIRED:
             expired += 1
             expired_names.add(lease["name"])

@@ -13,6 +13,7 @@
   var WORDS = {
     s: "{n} s", min: "{n} min", h: "{n} h", d: "{n} d",
     ago: "{d} ago", "in": "in {d}", expired_for: "expired for {d}", expired: "expired",
+    due_for: "due {d} ago, not confirmed yet", unknown: "unknown",
     pause: "Pause refresh", resume: "Resume refresh",
     refresh_failed: "Refreshing failed; this is old data.",
     paused_at: "Paused at %(time)s", zone: "",
@@ -51,18 +52,18 @@
     if (!isNaN(serverNow)) clockOffset = serverNow - Date.now();
   }
 
-  function markExpired(time) {
+  // A held lease whose expiry passes between two refreshes is not known to be expired: the
+  // page's data vouches only for its as-of moment, and a renewal may be on its way. It reads
+  // "unknown" until the server, whose data is then current past the expiry, says "expired".
+  function markDue(time) {
     var row = time.closest("[data-state='held']");
     if (!row) return;
-    row.setAttribute("data-state", "expired");
-    if (row.tagName === "TR") {
-      row.classList.remove("row-warn", "row-quiet");
-      row.classList.add("row-bad");
-    }
+    row.setAttribute("data-state", "unknown");
+    if (row.tagName === "TR") row.classList.remove("row-quiet");
     var pill = row.querySelector("[data-state-pill]");
     if (pill) {
-      pill.className = "pill pill-bad";
-      pill.textContent = WORDS.expired;
+      pill.className = "pill pill-warn";
+      pill.textContent = WORDS.unknown;
     }
   }
 
@@ -97,9 +98,12 @@
       var left = at - now;
       if (left > 0) {
         countdowns[j].textContent = fill(WORDS["in"], "{d}", formatDuration(left));
-      } else {
+      } else if (countdowns[j].closest("[data-state='expired']")) {
+        // The server judged it expired (its data is current past the expiry).
         countdowns[j].textContent = fill(WORDS.expired_for, "{d}", formatDuration(left));
-        markExpired(countdowns[j]);
+      } else {
+        countdowns[j].textContent = fill(WORDS.due_for, "{d}", formatDuration(left));
+        markDue(countdowns[j]);
       }
     }
   }

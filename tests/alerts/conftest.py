@@ -59,7 +59,11 @@ class Clock:
 def keep_fresh(*clusters: KubeCluster) -> None:
     """The watchers of these clusters wrote just now (as a live watcher does twice a second)."""
     KubeCluster.objects.filter(pk__in=[c.pk for c in clusters]).update(
-        connected=True, last_flush_at=timezone.now(), last_event_at=timezone.now()
+        connected=True,
+        last_flush_at=timezone.now(),
+        last_event_at=timezone.now(),
+        leases_as_of=timezone.now(),
+        nodes_as_of=timezone.now(),
     )
 
 

@@ -156,7 +156,11 @@ def test_no_verdict_while_either_side_is_stale_or_nks_is_busy(
     clock.advance(30)
     go_stale(kube)
     KubeCluster.objects.filter(pk=kube.pk).update(
-        connected=True, last_flush_at=timezone.now(), last_event_at=timezone.now()
+        connected=True,
+        last_flush_at=timezone.now(),
+        last_event_at=timezone.now(),
+        leases_as_of=timezone.now(),
+        nodes_as_of=timezone.now(),
     )
     evaluate()
     found.refresh_from_db()

@@ -58,7 +58,9 @@ def test_nodegroup_page_shows_a_node_going_notready_without_a_reload(
     expect(page.locator("#nodes [data-cross-check]")).to_have_attribute("data-agrees", "true")
     page.evaluate("window.__still_the_same_page = true")
 
-    KubeCluster.objects.filter(pk=kube.pk).update(last_flush_at=timezone.now())
+    KubeCluster.objects.filter(pk=kube.pk).update(
+        last_flush_at=timezone.now(), leases_as_of=timezone.now(), nodes_as_of=timezone.now()
+    )
     set_ready(nodes[2], ConditionStatus.FALSE, "KubeletNotReady", "container runtime is down")
 
     expect(row).to_have_attribute("data-ready", "False", timeout=15_000)

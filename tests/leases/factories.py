@@ -40,7 +40,19 @@ def make_cluster(name: str = "prod", *, fresh: bool = True, **fields: Any) -> Ku
         defaults["last_error"] = "connection refused by 10.0.0.1:6443"
         defaults["last_error_at"] = NOW - timedelta(seconds=65)
     defaults.update(fields)
+    # The watcher proves its data as it flushes (leases.freshness): a factory cluster's data
+    # is known as of its last flush unless a test says otherwise.
+    defaults.setdefault("leases_as_of", defaults["last_flush_at"])
+    defaults.setdefault("nodes_as_of", defaults["last_flush_at"])
     return KubeCluster.objects.create(name=name, **defaults)
+
+
+def known_until(cluster: KubeCluster, moment: datetime) -> None:
+    """The cluster's watcher has proved its data current up to `moment`, as a live watcher
+    does about once a second (leases.freshness)."""
+    KubeCluster.objects.filter(pk=cluster.pk).update(
+        leases_as_of=moment, nodes_as_of=moment, last_flush_at=moment
+    )
 
 
 def make_lease(

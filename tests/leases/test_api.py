@@ -10,6 +10,7 @@ import time_machine
 from django.test import Client
 
 from dashboard.models import ApiToken
+from leases.models import KubeCluster
 from tests.leases.factories import (
     NOW,
     make_candidate,
@@ -22,6 +23,8 @@ from tests.leases.factories import (
 pytestmark = pytest.mark.django_db
 
 LEASE_KEYS = {
+    "as_of",
+    "stale",
     "cluster",
     "namespace",
     "name",
@@ -95,6 +98,8 @@ def test_list_returns_the_specified_shape(api: Client) -> None:
         "state": "held",
         "transitions": 4,
         "deleted": False,
+        "as_of": "2026-11-29T07:59:59Z",
+        "stale": False,
         "identity": "",
         "library": "plain",
         "token": "",
@@ -105,11 +110,36 @@ def test_list_returns_the_specified_shape(api: Client) -> None:
 
 
 def test_state_is_computed_from_the_clock_at_request_time(api: Client) -> None:
-    make_lease(make_cluster(), "kube-scheduler", renewed_ago=3, duration=15)
+    cluster = make_cluster()
+    make_lease(cluster, "kube-scheduler", renewed_ago=3, duration=15)
 
-    assert get(api, "/api/v1/leases")["results"][0]["state"] == "held"
+    first = get(api, "/api/v1/leases")["results"][0]
+    assert (first["state"], first["stale"]) == ("held", False)
+    assert first["as_of"] == "2026-11-29T07:59:59Z"
     with time_machine.travel(NOW + timedelta(seconds=13), tick=False):
+        # The data is known only until 07:59:59: past WATCH_STALE_SECONDS it says nothing
+        # of now, and the lease is neither held nor expired.
+        late = get(api, "/api/v1/leases")["results"][0]
+        assert (late["state"], late["stale"]) == ("unknown", True)
+        KubeCluster.objects.filter(pk=cluster.pk).update(
+            leases_as_of=NOW + timedelta(seconds=12, milliseconds=500)
+        )
         assert get(api, "/api/v1/leases")["results"][0]["state"] == "expired"
+
+
+def test_an_expiry_after_the_data_as_of_moment_is_unknown_not_expired(api: Client) -> None:
+    cluster = make_cluster()
+    make_lease(cluster, "kube-scheduler", renewed_ago=14, duration=15)  # expires NOW + 1 s
+    with time_machine.travel(NOW + timedelta(seconds=3), tick=False):
+        # Current data (4 s old), but it vouches only up to NOW - 1 s: a renewal may be
+        # on its way, so the lease is not expired yet for the dashboard.
+        lease = get(api, "/api/v1/leases")["results"][0]
+        assert (lease["state"], lease["stale"]) == ("unknown", False)
+        assert get(api, "/api/v1/leases?state=unknown")["results"][0]["name"] == "kube-scheduler"
+        assert get(api, "/api/v1/leases?state=expired")["results"] == []
+        KubeCluster.objects.filter(pk=cluster.pk).update(leases_as_of=NOW + timedelta(seconds=2))
+        assert get(api, "/api/v1/leases")["results"][0]["state"] == "expired"
+        assert get(api, "/api/v1/leases?state=unknown")["results"] == []
 
 
 def test_list_filters_like_the_page(api: Client) -> None:

@@ -15,6 +15,7 @@ def test_every_lease_state_has_a_pill() -> None:
         LeaseState.HELD: "pill-ok",
         LeaseState.EXPIRED: "pill-bad",
         LeaseState.RELEASED: "pill-quiet",
+        LeaseState.UNKNOWN: "pill-warn",
     }
 
 

@@ -9,11 +9,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import time_machine
 from django.test import Client
+from django.utils import timezone
 
 from dashboard.models import ApiToken
 from tests.leases.factories import (
     KUBECONFIG_SECRET,
     NOW,
+    known_until,
     make_candidate,
     make_cluster,
     make_lease,
@@ -89,13 +91,30 @@ def test_table_lists_each_lease_with_class_holder_ages_and_state(engineer_client
 
 
 def test_table_marks_expiry_when_the_clock_passes_it(engineer_client: Client) -> None:
-    make_lease(make_cluster(), "kube-scheduler", renewed_ago=5, duration=15)
+    cluster = make_cluster()
+    make_lease(cluster, "kube-scheduler", renewed_ago=5, duration=15)
 
     assert 'data-state="held"' in page(engineer_client, "/leases/")
     with time_machine.travel(NOW + timedelta(seconds=12), tick=False):
+        known_until(cluster, timezone.now())  # the watcher vouches for its data up to now
         text = page(engineer_client, "/leases/")
     assert '<tr class="row-bad" data-state="expired">' in text
     assert "expired for 2 s" in text
+
+
+def test_table_never_calls_a_lease_expired_from_data_older_than_its_expiry(
+    engineer_client: Client,
+) -> None:
+    cluster = make_cluster()
+    make_lease(cluster, "kube-scheduler", renewed_ago=5, duration=15)
+    with time_machine.travel(NOW + timedelta(seconds=40), tick=False):
+        # The API server froze at NOW: the data is 41 s old, and the renewals it would have
+        # shown are not known.
+        text = page(engineer_client, "/leases/")
+    table = text.split('id="lease-table"', 1)[1]
+    assert 'data-state="unknown"' in table and 'data-state="expired"' not in table
+    assert "expired for" not in table
+    assert "Data from cluster prod is 41 s old" in text
 
 
 def test_filters_by_cluster_namespace_class_state_and_text(engineer_client: Client) -> None:
@@ -274,7 +293,10 @@ def test_connected_watcher_that_stopped_writing_is_stale_too(engineer_client: Cl
 
     text = page(engineer_client, "/leases/")
 
-    assert "Data from cluster prod is 45 s old — its watcher is connected but has written" in text
+    assert (
+        "Data from cluster prod is 45 s old — its watch is open, but the API server has not "
+        "confirmed anything since"
+    ) in text
 
 
 def test_disabled_cluster_is_shown_as_not_watched(engineer_client: Client) -> None:

@@ -24,7 +24,7 @@ from leases.presenters.lease_detail import holder_timeline
 from leases.presenters.lease_table import lease_table
 from leases.presenters.overview import leases_overview
 from leases.queries import LeaseFilters, filter_leases, keyset_page
-from tests.leases.factories import NOW, make_cluster, make_lease, make_transition
+from tests.leases.factories import NOW, known_until, make_cluster, make_lease, make_transition
 
 pytestmark = pytest.mark.django_db
 
@@ -41,16 +41,32 @@ def test_state_turns_from_held_to_expired_as_the_clock_passes_expires_at() -> No
 
     assert lease_table(LeaseFilters(), timezone.now()).rows[0].state == LeaseState.HELD
     with time_machine.travel(NOW + timedelta(seconds=9.9), tick=False):
+        known_until(cluster, timezone.now())
         row = lease_table(LeaseFilters(), timezone.now()).rows[0]
         assert (row.state, row.expires_text) == ("held", "in 0 s")
     with time_machine.travel(NOW + timedelta(seconds=10), tick=False):
+        known_until(cluster, timezone.now())
         row = lease_table(LeaseFilters(), timezone.now()).rows[0]
         assert (row.state, row.row_class) == ("expired", "row-bad")
         assert row.expires_text == "expired for 0 s"
     with time_machine.travel(NOW + timedelta(seconds=75), tick=False):
+        known_until(cluster, timezone.now())
         assert lease_table(LeaseFilters(), timezone.now()).rows[0].expires_text == (
             "expired for 65 s"
         )
+
+
+def test_an_expiry_past_the_data_as_of_moment_reads_unknown_not_expired() -> None:
+    cluster = make_cluster()
+    make_lease(cluster, "kube-scheduler", renewed_ago=5, duration=15)  # expires at NOW+10s
+    with time_machine.travel(NOW + timedelta(seconds=12), tick=False):
+        known_until(cluster, NOW + timedelta(seconds=9))  # current, but not past the expiry
+        row = lease_table(LeaseFilters(), timezone.now()).rows[0]
+        assert (row.state, row.row_class) == ("unknown", "")
+        assert "not known" in row.expires_text and "expired" not in row.expires_text
+    with time_machine.travel(NOW + timedelta(seconds=30), tick=False):
+        # The watcher went quiet at NOW + 9 s: 21 s later nothing is known of now.
+        assert lease_table(LeaseFilters(), timezone.now()).rows[0].state == "unknown"
 
 
 def test_state_filter_follows_the_clock_too() -> None:
@@ -67,8 +83,14 @@ def test_state_filter_follows_the_clock_too() -> None:
     assert names("released") == ["released-one"]
     assert names("expired") == []
     with time_machine.travel(NOW + timedelta(seconds=11), tick=False):
+        known_until(cluster, timezone.now())
         assert names("held") == []
         assert names("expired") == ["kube-scheduler"]
+        assert names("unknown") == []
+    with time_machine.travel(NOW + timedelta(seconds=40), tick=False):
+        # Stale: every lease of the cluster is unknown, none expired, held or released.
+        assert names("unknown") == ["kube-scheduler", "released-one"]
+        assert names("expired") == names("held") == names("released") == []
 
 
 def test_three_holder_changes_in_ten_minutes_flag_a_lease_as_flapping() -> None:

@@ -37,6 +37,8 @@ def watched_cluster(name: str, *, now: datetime | None = None, **fields: Any) ->
         "connected": True,
         "connected_since": moment - timedelta(hours=1),
         "last_flush_at": moment,
+        "leases_as_of": moment,
+        "nodes_as_of": moment,
         "last_event_at": moment,
         "nodes_watch": ResourceWatchState.WATCHING,
         "nodes_connected_since": moment - timedelta(hours=1),
