@@ -59,15 +59,18 @@ LOOKAHEAD_TICKS = 2
 # share one mail instead of the second waiting for the group window (ALERT_GROUP_SECONDS).
 # It delays the first alert by as much at worst, within the 2-second goal.
 COALESCE_SECONDS = 1.5
-# Fire a moment after the due instant: the rule compares `expires_at + grace <= now`.
-FIRE_AFTER = timedelta(milliseconds=20)
+# Fire a moment after the due instant: the rule compares `expires_at + grace` with the
+# data's as-of moment, which a live watcher moves about once a second; 100 ms more spares
+# most dues a recheck.
+FIRE_AFTER = timedelta(milliseconds=100)
 # A scheduled evaluation that could not run this long after its moment is dropped: by then
 # the periodic tick has done its work.
 LATE_SECONDS = 5.0
 # A due moment that has come while the cluster's data is not yet known that far (its as-of
-# moment trails the clock by up to about a probe interval, leases.freshness) is asked
-# again this much later: the rule judges by the as-of moment, so it could not open yet.
-RECHECK_AFTER = timedelta(milliseconds=500)
+# moment trails the clock by up to about a probe interval, leases.freshness) is asked again
+# when the as-of moment should have passed it, at the same lag, and at least this later:
+# the rule judges by the as-of moment, so it could not open yet.
+RECHECK_AFTER = timedelta(milliseconds=100)
 
 
 def _as_of_by_cluster(now: datetime) -> dict[int, datetime]:
@@ -84,13 +87,17 @@ def _as_of_by_cluster(now: datetime) -> dict[int, datetime]:
 def _due_or_recheck(
     due: datetime, cluster_id: int, now: datetime, horizon: datetime, as_of: dict[int, datetime]
 ) -> datetime | None:
-    """When to evaluate for this due moment: itself while ahead, a recheck while it has
-    passed but the data does not vouch for it yet, else nothing (evaluated, or stale)."""
-    if now < due <= horizon:
-        return due
+    """When to evaluate for this due moment: while ahead, when the data will vouch for it
+    (the due moment plus how far the cluster's as-of moment trails the clock now); a
+    recheck while it has passed but the data does not vouch for it yet; else nothing
+    (evaluated already, or the data is stale and source_stale stands in)."""
     known = as_of.get(cluster_id)
+    if now < due <= horizon:
+        return due + (max(timedelta(0), now - known) if known is not None else timedelta(0))
     if due <= now and known is not None and known < due:
-        return now + RECHECK_AFTER
+        # The as-of moment trails the clock by `now - known`: it passes `due` that much
+        # after `due` itself.
+        return max(now, due + (now - known)) + RECHECK_AFTER
     return None
 
 

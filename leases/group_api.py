@@ -33,7 +33,9 @@ def _slot(slot: Slot, now: datetime) -> dict[str, Any]:
     }
 
 
-def api_group(group: GroupState, stale: bool, now: datetime) -> dict[str, Any]:
+def api_group(
+    group: GroupState, stale: bool, now: datetime, as_of: datetime | None = None
+) -> dict[str, Any]:
     status = group.status
     return {
         "cluster": group.cluster,
@@ -48,8 +50,10 @@ def api_group(group: GroupState, stale: bool, now: datetime) -> dict[str, Any]:
         "unstaffed": status == GroupStatus.UNSTAFFED,
         "degraded": status == GroupStatus.DEGRADED,
         "understaffed": status != GroupStatus.STAFFED,
-        # The watcher of the group's cluster is not writing: these figures may be old.
+        # The group's cluster's lease data is not known to be current: these figures may be
+        # old, and its slots read "unknown" (`as_of`: the data's as-of moment).
         "stale": stale,
+        "as_of": api_time(as_of),
         "slots": [_slot(slot, now) for slot in group.seen],
         "free": [[r.first, r.last] for r in slot_ranges([s.index for s in group.free])],
         "unseen": [[r.first, r.last] for r in slot_ranges([s.index for s in group.unseen])],
@@ -72,7 +76,16 @@ def group_list(request: HttpRequest) -> HttpResponse:
         namespace=request.GET.get("namespace") or None,
     )
     clusters = KubeCluster.objects.filter(pk__in={group.cluster_id for group in groups})
-    stale = {cluster.pk: cluster.is_stale(now) for cluster in clusters.defer("kubeconfig")}
+    known = list(clusters.defer("kubeconfig"))
+    stale = {cluster.pk: cluster.is_stale(now) for cluster in known}
+    as_of = {cluster.pk: cluster.leases_as_of for cluster in known}
     return json_response(
-        {"results": [api_group(group, stale.get(group.cluster_id, True), now) for group in groups]}
+        {
+            "results": [
+                api_group(
+                    group, stale.get(group.cluster_id, True), now, as_of.get(group.cluster_id)
+                )
+                for group in groups
+            ]
+        }
     )

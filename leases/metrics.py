@@ -35,6 +35,9 @@ class WatchMetrics:
     connected: bool
     stale: bool
     last_event_age_seconds: float | None
+    # How old each resource's data is (now minus its as-of moment); None: never known.
+    leases_age_seconds: float | None
+    nodes_age_seconds: float | None
     # The Node watch of the same cluster.
     nodes_watch: str
     nodes_events_total: int
@@ -56,6 +59,12 @@ def watch_metrics(now: datetime) -> list[WatchMetrics]:
             stale=cluster.is_stale(now),
             last_event_age_seconds=(
                 (now - cluster.last_event_at).total_seconds() if cluster.last_event_at else None
+            ),
+            leases_age_seconds=(
+                (now - cluster.leases_as_of).total_seconds() if cluster.leases_as_of else None
+            ),
+            nodes_age_seconds=(
+                (now - cluster.nodes_as_of).total_seconds() if cluster.nodes_as_of else None
             ),
             nodes_watch=cluster.nodes_watch,
             nodes_events_total=cluster.nodes_events_total,
@@ -201,7 +210,8 @@ class LeaseCollector(DatabaseCollector):
         )
         stale = GaugeMetricFamily(
             f"{PREFIX}_watch_stale",
-            "1 when no watcher has written for 30 s: the cluster's lease data is old.",
+            "1 when the cluster's lease data is not known to be current (its as-of moment is "
+            "older than WATCH_STALE_SECONDS, or no watch is connected).",
             labels=["cluster"],
         )
         event_age = GaugeMetricFamily(
@@ -209,8 +219,21 @@ class LeaseCollector(DatabaseCollector):
             "Seconds since the last watch event (-1: never).",
             labels=["cluster"],
         )
+        data_age = GaugeMetricFamily(
+            f"{PREFIX}_watch_data_age_seconds",
+            "Seconds since the data's as-of moment: the latest moment the watcher knew it "
+            "matched the API server (-1: never).",
+            labels=["cluster", "resource"],
+        )
         clusters = watch_metrics(now)
         for cluster in clusters:
+            for resource, seconds in (
+                ("leases", cluster.leases_age_seconds),
+                ("nodes", cluster.nodes_age_seconds),
+            ):
+                data_age.add_metric(
+                    [cluster.cluster, resource], -1.0 if seconds is None else round(seconds, 3)
+                )
             labels = [cluster.cluster]
             events.add_metric(labels, cluster.events_total)
             reconnects.add_metric(labels, cluster.reconnects_total)
@@ -220,7 +243,7 @@ class LeaseCollector(DatabaseCollector):
             stale.add_metric(labels, 1 if cluster.stale else 0)
             age = cluster.last_event_age_seconds
             event_age.add_metric(labels, -1.0 if age is None else age)
-        yield from (events, reconnects, relists, lag, connected, stale, event_age)
+        yield from (events, reconnects, relists, lag, connected, stale, event_age, data_age)
         yield from node_watch_families(clusters)
 
         leases = GaugeMetricFamily(

@@ -74,7 +74,9 @@ class Backoff:
             and time.monotonic() - self.healthy_at < RECENTLY_HEALTHY_SECONDS
         )
         if recently and self.failures <= self.quick_tries:
-            return self.quick_delay * random.uniform(0.25, 1.0)  # noqa: S311 - jitter
+            # Within `quick_delay` (no longer than two base delays, where those are short).
+            quick = min(self.quick_delay, 2 * self.base)
+            return quick * random.uniform(0.25, 1.0)  # noqa: S311 - jitter, not security
         if kind in {"auth", "forbidden", "config"}:
             base, maximum = self.auth_base, self.auth_maximum
         else:

@@ -353,9 +353,7 @@ def row_words(policy: FlapPolicy) -> RowWords:
         # The labels are lazy: resolved here once, not once per row.
         class_labels={value: str(label) for value, label in CLASS_LABELS.items()},
         never=gettext("never"),
-        not_confirmed=gettext(
-            "not known: due %(ago)s ago, after the data's last confirmed moment"
-        ),
+        not_confirmed=gettext("not known: due %(ago)s ago, after the data's last confirmed moment"),
         flap_window=format_duration(policy.window.total_seconds()),
         time=time_words(),
     )

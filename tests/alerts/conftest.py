@@ -11,6 +11,7 @@ import asyncio
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email import message_from_bytes, policy
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 import time_machine
 from aiosmtpd.controller import Controller
+from django.db import connection
 from django.utils import timezone
 
 from alerts import delivery, evaluation
@@ -65,6 +67,30 @@ def keep_fresh(*clusters: KubeCluster) -> None:
         leases_as_of=timezone.now(),
         nodes_as_of=timezone.now(),
     )
+
+
+@contextmanager
+def watching(*clusters: KubeCluster, every: float = 0.05) -> Iterator[None]:
+    """A live watcher's part, for tests with a real worker: the clusters' data is proved
+    current every `every` seconds (leases.freshness), from a thread with its own database
+    connection (the test must be transactional)."""
+    stop = threading.Event()
+
+    def prove() -> None:
+        try:
+            while not stop.wait(every):
+                keep_fresh(*clusters)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=prove, daemon=True)
+    keep_fresh(*clusters)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
 
 
 def evaluate(*fresh: KubeCluster) -> evaluation.EvaluationSummary:

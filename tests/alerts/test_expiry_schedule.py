@@ -20,9 +20,9 @@ from alerts import delivery, evaluation, expiry_schedule, tasks
 from alerts.models import AlertRule, EvaluatorStatus, Incident, IncidentState, Notification, Rule
 from dashboard.celery import app
 from leases.models import KubeCluster, Lease
-from tests.alerts.conftest import Clock, evaluate, keep_fresh
+from tests.alerts.conftest import Clock, evaluate, keep_fresh, watching
 from tests.conftest import reset_celery_connections
-from tests.leases.factories import NOW, make_cluster, make_lease
+from tests.leases.factories import NOW, known_until, make_cluster, make_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -64,9 +64,12 @@ def test_the_next_due_moment_is_the_earliest_expiry_plus_grace_of_a_held_leader_
     make_lease(prod, "cloud-controller-manager", holder="", renewed_ago=1, duration=1)
     make_lease(prod, "ingress-leader", namespace="ingress", renewed_ago=10, duration=3)
     make_lease(prod, "long-leader", namespace="apps", renewed_ago=0, duration=15)
+    known_until(prod, NOW)  # the data vouches for every due moment up to now
 
     assert expiry_schedule.next_lease_due(NOW) == NOW + timedelta(seconds=5)
+    known_until(prod, NOW + timedelta(seconds=5))
     assert expiry_schedule.next_lease_due(NOW + timedelta(seconds=5)) == NOW + timedelta(seconds=8)
+    known_until(prod, NOW)
 
     # A fixed grace on the rule replaces "one more lease duration".
     AlertRule.objects.filter(rule=Rule.LEASE_EXPIRED).update(grace_seconds=1)
@@ -78,7 +81,10 @@ def test_the_next_due_moment_is_the_earliest_expiry_plus_grace_of_a_held_leader_
 def test_leaders_of_one_cluster_due_close_together_are_evaluated_together_and_mailed_once(
     clock: Clock, private_broker: None, mailoutbox: list[mail.EmailMessage]
 ) -> None:
-    prod, staging = make_cluster("prod"), make_cluster("staging")
+    prod, staging = (
+        make_cluster("prod", leases_as_of=NOW),
+        make_cluster("staging", leases_as_of=NOW),
+    )
     make_lease(prod, "kube-scheduler", renewed_ago=1, duration=3)  # due NOW+5
     make_lease(prod, "kube-controller-manager", renewed_ago=0, duration=3)  # NOW+6
     make_lease(prod, "cloud-controller-manager", renewed_ago=0, duration=4)  # NOW+8
@@ -117,8 +123,12 @@ def test_a_cluster_whose_nodes_stop_is_due_when_its_first_node_lease_is_past_the
     node_lease(prod, "prod-2", expires_in=3.5)
     node_lease(prod, "prod-3", expires_in=30)  # renewing: beyond the horizon
     node_lease(staging, "staging-1", expires_in=6)  # due NOW+8
+    known_until(prod, NOW)
+    known_until(staging, NOW)
     # prod's two nodes are due within COALESCE_SECONDS: evaluated together, at the second.
     assert expiry_schedule.next_lease_due(NOW) == NOW + timedelta(seconds=5.5)
+    known_until(prod, NOW + timedelta(seconds=5.5))
+    known_until(staging, NOW + timedelta(seconds=5.5))
     assert expiry_schedule.next_lease_due(NOW + timedelta(seconds=5.5)) == NOW + timedelta(
         seconds=8
     )
@@ -130,7 +140,7 @@ def test_a_cluster_whose_nodes_stop_is_due_when_its_first_node_lease_is_past_the
 
 def test_a_node_threshold_makes_the_cluster_due_at_its_nth_expired_node(clock: Clock) -> None:
     AlertRule.objects.filter(rule=Rule.NODE_HEARTBEATS_EXPIRED).update(threshold=3)
-    prod = make_cluster("prod")
+    prod = make_cluster("prod", leases_as_of=NOW)
     node_lease(prod, "prod-1", expires_in=-4)  # expired already: counts toward the three
     node_lease(prod, "prod-2", expires_in=2)
     node_lease(prod, "prod-3", expires_in=7)  # the third: the incident opens here
@@ -172,7 +182,7 @@ def test_a_disabled_cluster_schedules_nothing(clock: Clock) -> None:
 def test_a_renewal_supersedes_the_schedule_and_a_stale_one_that_fires_opens_nothing(
     clock: Clock, private_broker: None, mailoutbox: list[mail.EmailMessage]
 ) -> None:
-    prod = make_cluster("prod")
+    prod = make_cluster("prod", leases_as_of=NOW)
     lease = make_lease(prod, "kube-scheduler", renewed_ago=1, duration=3)
     assert expiry_schedule.schedule_next_evaluation() == NOW + timedelta(seconds=5)
     first = current_token()
@@ -208,7 +218,7 @@ def test_a_renewal_supersedes_the_schedule_and_a_stale_one_that_fires_opens_noth
 def test_a_scheduled_run_and_the_periodic_tick_at_the_same_moment_mail_once(
     clock: Clock, private_broker: None, mailoutbox: list[mail.EmailMessage]
 ) -> None:
-    prod = make_cluster("prod")
+    prod = make_cluster("prod", leases_as_of=NOW)
     make_lease(prod, "kube-scheduler", renewed_ago=1, duration=3)
     assert expiry_schedule.schedule_next_evaluation() == NOW + timedelta(seconds=5)
     token = current_token()
@@ -300,7 +310,9 @@ def test_a_worker_evaluates_at_expiry_plus_grace_and_mails_without_waiting_for_t
     assert evaluation.run_evaluation() is not None  # the tick that sees the lease renewing
     assert not Incident.objects.exists()
 
-    assert wait_until(lambda: Incident.objects.filter(state=IncidentState.FIRING).exists(), 5)
+    with watching(prod):
+        opened = wait_until(lambda: Incident.objects.filter(state=IncidentState.FIRING).exists(), 5)
+    assert opened
     incident = Incident.objects.get()
     assert incident.opened_at is not None
     assert due <= incident.opened_at < due + timedelta(seconds=1)
@@ -334,7 +346,9 @@ def test_a_worker_evaluates_at_a_node_lease_expiry_and_mails_without_waiting_for
     assert evaluation.run_evaluation() is not None  # the tick that sees the node renewing
     assert not Incident.objects.exists()
 
-    assert wait_until(lambda: Incident.objects.filter(state=IncidentState.FIRING).exists(), 5)
+    with watching(prod):
+        opened = wait_until(lambda: Incident.objects.filter(state=IncidentState.FIRING).exists(), 5)
+    assert opened
     incident = Incident.objects.get()
     assert incident.rule == Rule.NODE_HEARTBEATS_EXPIRED
     assert incident.opened_at is not None

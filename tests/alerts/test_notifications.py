@@ -466,7 +466,8 @@ def test_the_beat_task_queues_a_send_task_once_the_plan_is_committed(
 ) -> None:
     from alerts.tasks import evaluate_alerts
 
-    make_lease(make_cluster("prod"), "kube-scheduler", renewed_ago=30, duration=15)
+    # Due (expiry plus one lease duration) 10 s before the data's as-of moment.
+    make_lease(make_cluster("prod"), "kube-scheduler", renewed_ago=40, duration=15)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         evaluate_alerts.delay()
 

@@ -379,7 +379,7 @@ def test_metrics_count_open_incidents_by_rule_and_severity_and_mail_by_state(clo
 def test_check_alerts_evaluates_once_and_sends_in_the_foreground(
     clock: Clock, mailoutbox: list[mail.EmailMessage]
 ) -> None:
-    make_lease(make_cluster("prod"), "kube-scheduler", renewed_ago=30)
+    make_lease(make_cluster("prod"), "kube-scheduler", renewed_ago=40)
     out = StringIO()
 
     call_command("check_alerts", stdout=out)

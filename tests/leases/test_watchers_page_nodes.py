@@ -97,7 +97,7 @@ def test_a_node_watch_in_trouble_says_so_in_words(
     assert "0 nodes, no data yet" in cell
 
 
-def test_node_rows_of_a_failing_watch_are_shown_as_old_since_the_trouble_began(
+def test_node_rows_of_a_failing_watch_are_shown_as_old_as_their_as_of_moment(
     erin_client: Client,
 ) -> None:
     make_cluster(
@@ -106,6 +106,8 @@ def test_node_rows_of_a_failing_watch_are_shown_as_old_since_the_trouble_began(
         nodes_last_list_at=NOW - timedelta(hours=1),
         nodes_last_error="The API server at 10.0.0.1:6443 answered 503",
         nodes_last_error_at=NOW - timedelta(minutes=3),
+        # The last moment the Node data was proved current: when the trouble began.
+        nodes_as_of=NOW - timedelta(minutes=3),
     )
     assert "data 3 min old" in node_cell(watchers_page(erin_client), "prod")
 
