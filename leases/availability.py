@@ -3,12 +3,21 @@
 The ingestor records each holder's tenure as a LeaseHolderSpan and each stretch of a live
 watch as a WatchCoverage row. Here, over a window ending now:
 
-- observed time is the window within the cluster's coverage, and within the lease's life
-  (from its creation or first span; until its deletion);
+- observed time is the window within the cluster's coverage, and within the lease's life as
+  an election: from its first holder's span (the moments between a Lease's creation and its
+  first acquisition are no gap: client-go creates the Lease with its holder, stamping a
+  whole-second creationTimestamp just before the microsecond acquireTime) until its deletion.
+  A lease no holder was ever seen on has no election time to judge;
 - valid time is the union of spans, an open span lasting until the lease's expiry;
-- a gap is a leaderless stretch between valid spans (a deletion until recreation is one).
-  Only its observed part counts: time the watcher did not see is never called available or
-  unavailable, and an outage in the middle of a gap shortens the gap rather than ending it.
+- a gap is a leaderless stretch between valid spans (a deletion until recreation is one),
+  or after the last span until now.
+
+One rule for unobserved time, the same in every figure: a gap (and the takeover that ends
+it) that overlaps time the watch did not see, anywhere along its whole length, is left out
+of all of them. Its count, its length, its takeover time and even its watched part are
+unknown: a holder may have come and gone while nobody watched. Its watched part is neither
+available nor unavailable time (the strip shows it as not observed), so a ratio never
+counts a gap that the gap count leaves out.
 
 The arithmetic is pure (`_Interval` lists, merged and sorted); the queries are a fixed
 handful however many leases are asked about, so the API list and /metrics stay flat.
@@ -18,7 +27,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
 from statistics import median
@@ -100,8 +109,11 @@ class _History:
     lease: Lease
     spans: list[_Span]  # by start; the last span before the fetched range comes first
     coverage: list[_Interval]  # the cluster's, merged
-    exists_from: datetime | None
+    # The start of its first holder's span: its life as an election. None: no holder seen.
+    first_held: datetime | None
     exists_until: datetime
+    # Its gaps that overlap unobserved time, whole: no figure counts them (_unseen_gaps).
+    unseen: list[_Interval] = field(default_factory=list)
 
 
 # Interval arithmetic on sorted, merged lists of half-open intervals.
@@ -159,37 +171,65 @@ def _total(intervals: Iterable[_Interval]) -> float:
     return sum((end - start).total_seconds() for start, end in intervals)
 
 
+def _within(interval: _Interval, coverage: Sequence[_Interval]) -> bool:
+    """Whether the whole of `interval` (an instant too) lies inside one merged stretch."""
+    start, end = interval
+    return any(low <= start and end <= high for low, high in coverage)
+
+
+def _unseen_gaps(
+    valid: Sequence[_Interval], coverage: Sequence[_Interval], low: datetime, high: datetime
+) -> list[_Interval]:
+    """The leaderless stretches of [low, high] (a life) that are not wholly watched."""
+    return [gap for gap in _complement(valid, low, high) if not _within(gap, coverage)]
+
+
+def _observed(
+    coverage: Sequence[_Interval], unseen: Sequence[_Interval], low: datetime, high: datetime
+) -> list[_Interval]:
+    """The watched part of [low, high], less the gaps that overlap unobserved time."""
+    return _intersect(_clip(coverage, low, high), _complement(unseen, low, high))
+
+
 # The arithmetic of one lease (or one group of slots) over one window.
 
 
 def _bounds(history: _History, start: datetime, now: datetime) -> tuple[datetime, datetime]:
-    low = start if history.exists_from is None else max(start, history.exists_from)
-    return low, min(now, history.exists_until)
+    """The window within the lease's life as an election; empty (low == high) without one."""
+    high = min(now, history.exists_until)
+    if history.first_held is None:
+        return high, high
+    return min(max(start, history.first_held), high), high
 
 
 def _valid(spans: Iterable[_Span]) -> list[_Interval]:
     return _merge((span.start, span.end) for span in spans)
 
 
-def _takeovers(spans: Sequence[_Span], start: datetime, now: datetime) -> list[float]:
+def _takeovers(
+    spans: Sequence[_Span], coverage: Sequence[_Interval], start: datetime, now: datetime
+) -> list[float]:
     """For each span begun in the window by another holder than the one before it, how long
-    after that one's validity ended (0 when it took over before then)."""
+    after that one's validity ended (0 when it took over before then). A takeover whose wait
+    (or, without a wait, its moment) was not wholly watched is left out, as its gap is."""
     waits: list[float] = []
     for previous, span in pairwise(spans):
         if start <= span.start <= now and span.holder != previous.holder:
-            waits.append(max(0.0, (span.start - previous.end).total_seconds()))
+            waited = (min(previous.end, span.start), span.start)
+            if _within(waited, coverage):
+                waits.append((waited[1] - waited[0]).total_seconds())
     return waits
 
 
 def _figures(
     window: str,
     valid: list[_Interval],
-    coverage: list[_Interval],
+    observed: list[_Interval],
     low: datetime,
     high: datetime,
     takeovers: list[float],
 ) -> Availability:
-    observed = _clip(coverage, low, high)
+    """The figures of [low, high]; `observed` is already cut to it (_observed)."""
     held = _clip(valid, low, high)
     gap_lengths = [_total(_intersect([gap], observed)) for gap in _complement(held, low, high)]
     gap_lengths = [length for length in gap_lengths if length > 0]
@@ -212,10 +252,10 @@ def _availability(history: _History, window: str, now: datetime) -> Availability
     return _figures(
         window,
         _valid(history.spans),
-        history.coverage,
+        _observed(history.coverage, history.unseen, low, high),
         low,
-        max(low, high),
-        _takeovers(history.spans, start, now),
+        high,
+        _takeovers(history.spans, history.coverage, start, now) if history.first_held else [],
     )
 
 
@@ -226,7 +266,9 @@ def _coverage_by_cluster(
     cluster_ids: set[int], start: datetime, now: datetime
 ) -> dict[int, list[_Interval]]:
     """Each cluster's live-watch stretches since `start`, merged. The newest stretch of a
-    cluster whose watcher is live reaches now: it is only moved on each status flush."""
+    cluster whose watcher is live reaches now: it is only moved on each status flush.
+    `start` reaches back to the oldest gap asked about: whether a gap was watched is judged
+    on the whole gap, not on its part inside the window."""
     clusters = KubeCluster.objects.filter(pk__in=cluster_ids).defer("kubeconfig")
     live = {cluster.pk for cluster in clusters if cluster.enabled and not cluster.is_stale(now)}
     rows = (
@@ -278,19 +320,28 @@ def _histories(leases: Sequence[Lease], start: datetime, now: datetime) -> dict[
         raw[lease_id].append((holder, identity, started_at, ended_at))
     for lease_id, holder, identity, started_at, ended_at in in_range:
         raw[lease_id].append((holder, identity, started_at, ended_at))
-    coverage = _coverage_by_cluster({lease.cluster_id for lease in leases}, start, now)
+    spans = {lease.pk: _spans(lease, raw.get(lease.pk, []), now) for lease in leases}
+    # A gap that reaches into the window begins at a span's end (none before the first
+    # span: _bounds): the coverage read goes back to the earliest one.
+    since = min([start, *(span.end for items in spans.values() for span in items)])
+    coverage = _coverage_by_cluster({lease.cluster_id for lease in leases}, since, now)
     histories: dict[int, _History] = {}
     for lease in leases:
-        spans = _spans(lease, raw.get(lease.pk, []), now)
-        firsts = [
-            moment for moment in (lease.created_at, spans[0].start if spans else None) if moment
-        ]
+        items = spans[lease.pk]
+        cluster_coverage = coverage.get(lease.cluster_id, [])
+        first_held = min((span.start for span in items), default=None)
+        exists_until = min(lease.deleted_at, now) if lease.deleted_at else now
         histories[lease.pk] = _History(
             lease=lease,
-            spans=spans,
-            coverage=coverage.get(lease.cluster_id, []),
-            exists_from=min(firsts) if firsts else None,
-            exists_until=min(lease.deleted_at, now) if lease.deleted_at else now,
+            spans=items,
+            coverage=cluster_coverage,
+            first_held=first_held,
+            exists_until=exists_until,
+            unseen=(
+                _unseen_gaps(_valid(items), cluster_coverage, first_held, exists_until)
+                if first_held is not None
+                else []
+            ),
         )
     return histories
 
@@ -339,30 +390,39 @@ def availability_for_leases(
 def group_availability(leases: Sequence[Lease], now: datetime) -> dict[str, Availability]:
     """A slot group's figures over each of WINDOWS: a moment is available while at least one
     slot is validly held. A takeover is the end of a stretch with no slot held; its wait is
-    that stretch's length."""
-    histories = _histories(leases, now - max(WINDOWS.values()), now)
+    that stretch's length. The group's life is its slots' lives as elections, and a stretch
+    with no slot held that overlaps unobserved time is left out of every figure."""
+    histories = [
+        history
+        for history in _histories(leases, now - max(WINDOWS.values()), now).values()
+        if history.first_held is not None  # a slot never held adds no election time
+    ]
     # Slots of one group share a cluster; the union keeps this right for any leases given.
-    coverages = {history.lease.cluster_id: history.coverage for history in histories.values()}
-    valid = _merge(interval for history in histories.values() for interval in _valid(history.spans))
+    coverages = {history.lease.cluster_id: history.coverage for history in histories}
+    valid = _merge(interval for history in histories for interval in _valid(history.spans))
     coverage = _merge(interval for intervals in coverages.values() for interval in intervals)
+    born = [history.first_held for history in histories if history.first_held is not None]
+    until = max((history.exists_until for history in histories), default=now)
+    unseen = _unseen_gaps(valid, coverage, min(born), until) if born else []
     result: dict[str, Availability] = {}
     for window, length in WINDOWS.items():
         start = now - length
-        bounds = [_bounds(history, start, now) for history in histories.values()]
+        bounds = [_bounds(history, start, now) for history in histories]
         low = min((low for low, _ in bounds), default=now)
         high = max((high for _, high in bounds), default=now)
         waits = [
             (following[0] - previous[1]).total_seconds()
             for previous, following in pairwise(valid)
-            if start <= following[0] <= now
+            if start <= following[0] <= now and _within((previous[1], following[0]), coverage)
         ]
-        result[window] = _figures(window, valid, coverage, low, max(low, high), waits)
+        observed = _observed(coverage, unseen, low, high)
+        result[window] = _figures(window, valid, observed, low, high, waits)
     return result
 
 
 def recent_gaps(now: datetime, limit: int = 10) -> list[Gap]:
     """The most recent leaderless gaps of election leases (RECENT_GAPS_WINDOW), newest first:
-    ongoing ones first, then by when they ended. Gaps never observed are left out."""
+    ongoing ones first, then by when they ended. Gaps not wholly watched are left out."""
     start = now - WINDOWS[RECENT_GAPS_WINDOW]
     leases = list(
         Lease.objects.filter(lease_class__in=ELECTION_CLASSES)
@@ -375,7 +435,7 @@ def recent_gaps(now: datetime, limit: int = 10) -> list[Gap]:
         low, high = _bounds(history, start, now)
         if low >= high:
             continue
-        observed = _clip(history.coverage, low, high)
+        observed = _observed(history.coverage, history.unseen, low, high)
         held = _clip(_valid(history.spans), low, high)
         for gap_start, gap_end in _complement(held, low, high):
             seconds = _total(_intersect([(gap_start, gap_end)], observed))
@@ -389,12 +449,13 @@ def recent_gaps(now: datetime, limit: int = 10) -> list[Gap]:
 
 def lease_timeline(lease: Lease, now: datetime, window: timedelta) -> list[Segment]:
     """[now - window, now] cut into held (by whom), leaderless and unobserved stretches,
-    oldest first. Time outside the watch's coverage, or outside the lease's life, is
-    unobserved whatever the spans say: the strip shows what the figures count."""
+    oldest first. Time outside the watch's coverage, outside the lease's life as an election,
+    or inside a gap that overlaps unobserved time is unobserved whatever the spans say: the
+    strip shows what the figures count."""
     start = now - window
     history = _histories([lease], start, now)[lease.pk]
     low, high = _bounds(history, start, now)
-    observed = _clip(history.coverage, low, high) if low < high else []
+    observed = _observed(history.coverage, history.unseen, low, high) if low < high else []
     pieces: list[Segment] = [
         Segment(SegmentKind.UNOBSERVED, gap_start, gap_end)
         for gap_start, gap_end in _complement(observed, start, now)

@@ -82,8 +82,9 @@ def test_strip_shows_holders_gaps_and_unobserved_time_above_the_holder_table(
     engineer_client: Client,
 ) -> None:
     cluster = make_cluster()
-    WatchCoverage.objects.create(cluster=cluster, started_at=ago(600), last_seen_at=ago(90))
-    WatchCoverage.objects.create(cluster=cluster, started_at=ago(80), last_seen_at=ago(0))
+    # A 10-minute outage while worker-3 held the lease (a gap it fell in would count nowhere).
+    WatchCoverage.objects.create(cluster=cluster, started_at=ago(600), last_seen_at=ago(200))
+    WatchCoverage.objects.create(cluster=cluster, started_at=ago(190), last_seen_at=ago(0))
     lease = slot_lease(cluster)
     LeaseHolderSpan.objects.create(
         lease=lease, holder=TOKEN_A, identity="worker-3", started_at=ago(300), ended_at=ago(100)
@@ -98,14 +99,15 @@ def test_strip_shows_holders_gaps_and_unobserved_time_above_the_holder_table(
     assert text.index('class="strip lease-strip"') < text.index("<h2>Holders</h2>")
     strip = section(text, "<svg", "</svg>")
     kinds = re.findall(r'data-segment="(\w+)"', strip)
-    assert kinds.count("held") == 2 and "gap" in kinds and "unobserved" in kinds
+    # worker-3 before and after the outage, then worker-7; one gap; two unobserved stretches.
+    assert (kinds.count("held"), kinds.count("gap"), kinds.count("unobserved")) == (3, 1, 2)
     assert 'class="tl-held tl-c0"' in strip and 'class="tl-held tl-c1"' in strip
     assert "worker-3 (" + TOKEN_A + ")" in strip
     # The window's first 19 hours, before the lease existed, and the 10-minute outage.
     assert strip.count('class="tl-unobserved"') == 2
     figures = section(text, '<table class="table compact availability">', "</table>")
     hour = section(figures, 'data-window="1h"', "</tr>")
-    # 1 h: the outage (90..80 min ago) is outside it; leaderless from 60 to 30 min ago, and
+    # 1 h: the outage (200..190 min ago) is outside it; leaderless from 60 to 30 min ago, and
     # worker-7 took over 70 min after worker-3 expired.
     assert "<strong>50.00 %</strong>" in hour
     assert re.findall(r"<td>([^<]*)</td>", hour) == ["60 min", "1", "30 min", "70 min"]

@@ -1,0 +1,324 @@
+"""History that is what happened (issue 20, section 5), each found against a real
+kube-apiserver driven by real client-go electors:
+
+1. no leaderless gap before a lease's first holder (client-go creates the Lease with its
+   holder: a whole-second creationTimestamp just before the microsecond acquireTime);
+3. one rule for unobserved time in every availability figure: a gap (and its takeover) that
+   overlaps time the watch did not see counts in none of them;
+
+Objects go into the ingestors as a watch delivers them, or through the fake API server over
+real HTTP; availability is read back with the clock frozen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from django.utils import timezone
+from kubernetes import client
+
+from fakes.kube import FakeApiServer
+from leases.availability import (
+    SegmentKind,
+    group_availability,
+    lease_availability,
+    lease_timeline,
+    recent_gaps,
+)
+from leases.ingest import LeaseIngestor
+from leases.models import (
+    KubeCluster,
+    Lease,
+    LeaseHolderSpan,
+    WatchCoverage,
+)
+from tests.leases.factories import NOW, make_cluster, make_lease
+from tests.leases.test_watcher import RunningWatcher, eventually, register
+
+pytestmark = pytest.mark.django_db
+
+MIN = 60.0
+
+
+def ago(minutes: float) -> datetime:
+    return NOW - timedelta(minutes=minutes)
+
+
+def stamp(moment: datetime, *, whole: bool = False) -> str:
+    """metav1.Time (whole seconds, creationTimestamp) or MicroTime (acquire/renewTime)."""
+    if whole:
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def cover(cluster: KubeCluster, start: float, end: float) -> None:
+    WatchCoverage.objects.create(cluster=cluster, started_at=ago(start), last_seen_at=ago(end))
+
+
+def span(lease: Lease, holder: str, start: float, end: float | None = None) -> None:
+    LeaseHolderSpan.objects.create(
+        lease=lease,
+        holder=holder,
+        started_at=ago(start),
+        ended_at=ago(end) if end is not None else None,
+    )
+
+
+@pytest.fixture
+def frozen() -> Iterator[time_machine.Coordinates]:
+    with time_machine.travel(NOW, tick=False) as traveller:
+        yield traveller
+
+
+@pytest.fixture
+def live(frozen: time_machine.Coordinates) -> KubeCluster:
+    """A cluster whose watcher is live and has watched for eight days."""
+    cluster = make_cluster()
+    cover(cluster, 8 * 24 * 60, 1 / 60)
+    return cluster
+
+
+# --- 1. no leaderless gap before a lease's first holder ----------------------------------
+
+
+def elector_lease(
+    holder: str | None,
+    *,
+    created: datetime,
+    acquired: datetime | None,
+    renewed: datetime | None = None,
+    version: int = 1,
+) -> dict[str, Any]:
+    """A Lease as client-go's LeaseLock writes it (or created empty, holder None)."""
+    spec: dict[str, Any] = {"leaseDurationSeconds": 3600, "leaseTransitions": 0}
+    if holder is not None:
+        spec["holderIdentity"] = holder
+    if acquired is not None:
+        spec["acquireTime"] = stamp(acquired)
+        spec["renewTime"] = stamp(renewed or acquired)
+    return {
+        "metadata": {
+            "namespace": "kube-system",
+            "name": "demo-controller",
+            "uid": "uid-demo-controller",
+            "resourceVersion": str(version),
+            "creationTimestamp": stamp(created, whole=True),
+        },
+        "spec": spec,
+    }
+
+
+def test_a_lease_created_with_its_holder_has_no_gap_before_the_first_acquisition(
+    live: KubeCluster, frozen: time_machine.Coordinates
+) -> None:
+    """creationTimestamp 07:30:00 (whole seconds), acquireTime 07:30:00.417311: every window
+    counted that 0.4 s as a gap, and the overview listed it as "0 s, ended 30 min ago"."""
+    acquired = ago(30) + timedelta(microseconds=417_311)
+    ingestor = LeaseIngestor(live.id)
+    ingestor.observe(elector_lease("pod-a_1", created=ago(30), acquired=acquired))
+    ingestor.flush()
+    lease = Lease.objects.get()
+    assert lease.created_at == ago(30) < acquired == lease.acquire_time
+
+    figures = lease_availability(lease, NOW)
+
+    assert {window: (found.gaps, found.ratio) for window, found in figures.items()} == {
+        "1h": (0, 1.0),
+        "24h": (0, 1.0),
+        "7d": (0, 1.0),
+    }
+    assert figures["1h"].observed_seconds == pytest.approx(30 * MIN - 0.417311)
+    assert recent_gaps(NOW) == []
+    assert [segment.kind for segment in lease_timeline(lease, NOW, timedelta(hours=1))] == [
+        SegmentKind.UNOBSERVED,
+        SegmentKind.HELD,
+    ]
+
+
+def test_a_lease_created_empty_is_no_election_until_its_first_holder(
+    live: KubeCluster, frozen: time_machine.Coordinates
+) -> None:
+    """Created by hand 40 minutes ago, first acquired 10 minutes later: the lease did not
+    exist as an election before that, so those minutes are no gap."""
+    ingestor = LeaseIngestor(live.id)
+    ingestor.observe(elector_lease(None, created=ago(40), acquired=None))
+    ingestor.flush()
+    ingestor.observe(elector_lease("pod-a_1", created=ago(40), acquired=ago(30), version=2))
+    ingestor.flush()
+
+    hour = lease_availability(Lease.objects.get(), NOW)["1h"]
+
+    assert (hour.observed_seconds, hour.gaps, hour.ratio) == (30 * MIN, 0, 1.0)
+    assert recent_gaps(NOW) == []
+
+
+def test_a_lease_no_holder_was_ever_seen_on_has_no_figures(live: KubeCluster) -> None:
+    lease = make_lease(live, "never-held", holder="", expires_at=None, created_at=ago(600))
+
+    figures = lease_availability(lease, NOW)
+
+    assert all((found.ratio, found.gaps) == (None, 0) for found in figures.values())
+    assert recent_gaps(NOW) == []
+
+
+def test_a_release_after_the_first_holder_is_still_a_gap(live: KubeCluster) -> None:
+    lease = make_lease(live, "released", holder="", expires_at=None, created_at=ago(120))
+    span(lease, "pod-a_1", 120, 20)
+
+    hour = lease_availability(lease, NOW)["1h"]
+
+    assert (hour.gaps, hour.longest_gap_seconds, hour.ratio) == (1, 20 * MIN, 40 / 60)
+    [gap] = recent_gaps(NOW)
+    assert (gap.started_at, gap.ended_at) == (ago(20), None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_created_by_an_elector_over_http_counts_no_gap(
+    apiserver: FakeApiServer, make_api_client: Callable[[FakeApiServer], client.ApiClient]
+) -> None:
+    """As client-go creates it: one create carrying the holder and a microsecond
+    acquireTime; the API server stamps creationTimestamp in whole seconds."""
+    api = client.CoordinationV1Api(make_api_client(apiserver))
+    cluster = register(apiserver)
+    with RunningWatcher(cluster):
+        eventually(lambda: WatchCoverage.objects.filter(cluster=cluster).exists())
+        moment = datetime.now(UTC)
+        api.create_namespaced_lease(
+            "kube-system",
+            client.V1Lease(
+                metadata=client.V1ObjectMeta(name="demo-controller", namespace="kube-system"),
+                spec=client.V1LeaseSpec(
+                    holder_identity="pod-a_1",
+                    lease_duration_seconds=15,
+                    acquire_time=moment,
+                    renew_time=moment,
+                    lease_transitions=0,
+                ),
+            ),
+        )
+        eventually(lambda: LeaseHolderSpan.objects.filter(lease__name="demo-controller").exists())
+        lease = Lease.objects.get(name="demo-controller")
+        assert lease.created_at is not None and lease.created_at <= moment
+        now = timezone.now()
+        figures = lease_availability(lease, now)
+        gaps = recent_gaps(now)
+    assert [found.gaps for found in figures.values()] == [0, 0, 0]
+    assert gaps == []
+
+
+# --- 3. one rule for unobserved time ------------------------------------------------------
+
+
+def outage(cluster: KubeCluster, start: float, end: float) -> None:
+    """The watcher away from `start` to `end` minutes ago, live for eight days otherwise."""
+    cover(cluster, 8 * 24 * 60, start)
+    cover(cluster, end, 1 / 60)
+
+
+def test_a_takeover_across_an_outage_counts_in_no_figure(frozen: time_machine.Coordinates) -> None:
+    """a's validity ended 50 min ago and b took over 30 min ago, but from 45 to 40 min ago
+    nobody watched: the median takeover counted its 20 minutes while the gap count, the
+    longest gap and the ratio left that time out. Now none of them counts it."""
+    cluster = make_cluster()
+    outage(cluster, 45, 40)
+    lease = make_lease(cluster, "my-app", namespace="apps", holder="b", created_at=ago(300))
+    span(lease, "a", 120, 50)
+    span(lease, "b", 30)
+
+    for window, found in lease_availability(lease, NOW).items():
+        assert (found.gaps, found.longest_gap_seconds) == (0, 0), window
+        assert found.median_takeover_seconds is None, window
+        assert found.ratio == 1.0, window
+    assert recent_gaps(NOW) == []
+
+
+def test_of_two_takeovers_only_the_wholly_watched_one_counts_in_every_figure(
+    frozen: time_machine.Coordinates,
+) -> None:
+    """a until 50 min ago, b from 44 to 30, c from 25: the first gap (50..44) has the outage
+    48..46 inside, the second (30..25) was watched whole."""
+    cluster = make_cluster()
+    outage(cluster, 48, 46)
+    lease = make_lease(cluster, "my-app", namespace="apps", holder="c", created_at=ago(300))
+    span(lease, "a", 120, 50)
+    span(lease, "b", 44, 30)
+    span(lease, "c", 25)
+
+    hour = lease_availability(lease, NOW)["1h"]
+
+    # Observed: the hour less the outage and the watched minutes of the first gap (6 min).
+    assert hour.observed_seconds == 54 * MIN
+    assert hour.available_seconds == 49 * MIN
+    assert hour.ratio == pytest.approx(49 / 54)
+    assert (hour.gaps, hour.longest_gap_seconds) == (1, 5 * MIN)
+    assert hour.median_takeover_seconds == 5 * MIN
+    assert [(gap.started_at, gap.seconds) for gap in recent_gaps(NOW)] == [(ago(30), 5 * MIN)]
+    kinds = [
+        (segment.kind, segment.start, segment.end)
+        for segment in lease_timeline(lease, NOW, timedelta(hours=1))
+    ]
+    assert kinds == [
+        (SegmentKind.HELD, ago(60), ago(50)),
+        (SegmentKind.UNOBSERVED, ago(50), ago(44)),
+        (SegmentKind.HELD, ago(44), ago(30)),
+        (SegmentKind.GAP, ago(30), ago(25)),
+        (SegmentKind.HELD, ago(25), NOW),
+    ]
+
+
+def test_a_takeover_without_a_wait_at_an_unwatched_moment_is_left_out(
+    frozen: time_machine.Coordinates,
+) -> None:
+    """b took over from a 30 min ago, before a expired, but nobody watched from 35 to 25 min
+    ago: a third holder may have come and gone in between."""
+    cluster = make_cluster()
+    outage(cluster, 35, 25)
+    lease = make_lease(cluster, "my-app", namespace="apps", holder="b", created_at=ago(300))
+    span(lease, "a", 120, 30)
+    span(lease, "b", 30)
+
+    hour = lease_availability(lease, NOW)["1h"]
+
+    assert hour.median_takeover_seconds is None
+    assert (hour.gaps, hour.ratio) == (0, 1.0)
+
+
+def test_a_watched_takeover_before_the_window_still_counts_its_whole_wait(
+    frozen: time_machine.Coordinates,
+) -> None:
+    """The rule is judged on the whole gap: one that began before the window and was
+    watched all along counts, with its whole wait, in the window it ends in."""
+    cluster = make_cluster()
+    outage(cluster, 400, 390)  # long before the gap
+    lease = make_lease(cluster, "my-app", namespace="apps", holder="b", created_at=ago(600))
+    span(lease, "a", 600, 240)
+    span(lease, "b", 30)
+
+    hour = lease_availability(lease, NOW)["1h"]
+
+    assert hour.median_takeover_seconds == 210 * MIN
+    assert (hour.gaps, hour.longest_gap_seconds) == (1, 30 * MIN)
+
+
+def test_a_group_stretch_with_no_slot_held_across_an_outage_counts_in_no_figure(
+    frozen: time_machine.Coordinates,
+) -> None:
+    cluster = make_cluster()
+    outage(cluster, 35, 30)
+    slot0 = make_lease(cluster, "workers-slot-0", namespace="apps", holder="", created_at=ago(300))
+    slot1 = make_lease(cluster, "workers-slot-1", namespace="apps", holder="", created_at=ago(300))
+    span(slot0, "a", 120, 40)
+    span(slot1, "b", 20, 10)
+    span(slot1, "c", 5)
+
+    hour = group_availability([slot0, slot1], NOW)["1h"]
+
+    # 40..20 has the outage inside: left out; 10..5 was watched whole.
+    assert (hour.gaps, hour.longest_gap_seconds) == (1, 5 * MIN)
+    assert hour.median_takeover_seconds == 5 * MIN
+    assert hour.observed_seconds == 40 * MIN
+    assert hour.available_seconds == 35 * MIN
