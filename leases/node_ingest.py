@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError, transaction
@@ -85,7 +86,8 @@ class NodeIngestor:
         self.chunk_size = chunk_size
         self._lock = threading.Lock()
         self._batch: _Batch = PendingBatch()
-        self._known: dict[str, ConditionStatus] = {}  # Ready as last seen, per present node
+        # Ready's status and lastTransitionTime as last seen, per present node.
+        self._known: dict[str, tuple[ConditionStatus, datetime | None]] = {}
         self._stored: dict[str, bytes] = {}  # digest of each live row, as committed
         self._node_ids: dict[str, int] = {}
         self.load_known()
@@ -94,7 +96,7 @@ class NodeIngestor:
         """Start from what the database holds, so a restarted watcher compares correctly."""
         stored = list(stored_nodes(self.cluster_id))
         with self._lock:
-            self._known = {node.name: node.ready for node in stored}
+            self._known = {node.name: (node.ready, node.ready_since) for node in stored}
             self._stored = {node.name: node.digest for node in stored}
             self._node_ids = {node.name: node.node_id for node in stored}
 
@@ -114,10 +116,10 @@ class NodeIngestor:
             batch = self._batch
             batch.events += 1
             # A node seen for the first time (or again after its deletion) appears: "" -> X.
-            previous = self._known.get(name, ConditionStatus.MISSING)
-            if ready.status != previous:
+            previous, since = self._known.get(name, _UNSEEN)
+            if ready.status != previous or _moved(since, ready.last_transition_time):
                 batch.history.append(_change(name, previous, ready))
-            self._known[name] = ready.status
+            self._known[name] = (ready.status, ready.last_transition_time)
             batch.objects[name] = obj
             batch.received.setdefault(name, received)
             batch.deleted.pop(name, None)
@@ -255,6 +257,16 @@ class NodeIngestor:
         with self._lock:
             known_ids = {**self._node_ids, **ids}
         return write_ready_changes(changes, known_ids)
+
+
+_UNSEEN: tuple[ConditionStatus, datetime | None] = (ConditionStatus.MISSING, None)
+
+
+def _moved(since: datetime | None, transitioned: datetime | None) -> bool:
+    """Ready's lastTransitionTime moved on without its status changing: it changed and
+    changed back while nobody watched (the kubelet and node controller move it only with
+    the status). Only forward counts: an older or missing time proves nothing."""
+    return since is not None and transitioned is not None and transitioned > since
 
 
 def _change(name: str, previous: ConditionStatus, ready: ReadyCondition) -> PendingReadyChange:

@@ -40,6 +40,11 @@ NODE_UPDATE_FIELDS = [*DIGEST_COLUMNS, "resource_version", "observed_at", "delet
 
 @dataclass(slots=True)
 class PendingReadyChange:
+    """A NodeReadyChange row to be. `from_status == to_status` is a missed change: Ready's
+    lastTransitionTime moved while its status stayed, so it changed and changed back while
+    the dashboard was not watching (`transitioned_at` is the change back). The reason and
+    message stay the node's own, as it reported them."""
+
     name: str
     from_status: str
     to_status: str
@@ -56,6 +61,7 @@ class StoredNode:
     node_id: int
     name: str
     ready: ConditionStatus
+    ready_since: datetime | None  # Ready's lastTransitionTime
     digest: bytes
 
 
@@ -91,7 +97,9 @@ def stored_nodes(cluster_id: int) -> Iterator[StoredNode]:
     for node_id, name, *values in rows.values_list("id", "name", *DIGEST_COLUMNS).iterator(
         chunk_size=2000
     ):
-        yield StoredNode(node_id, name, ConditionStatus(values[7]), _digest(tuple(values)))
+        yield StoredNode(
+            node_id, name, ConditionStatus(values[7]), values[8], _digest(tuple(values))
+        )
 
 
 def upsert_nodes(

@@ -71,6 +71,9 @@ class ReadyChangeRow:
     message: str
     transitioned: When | None
     observed: When | None
+    # Ready changed and changed back while the dashboard was not watching: the watcher found
+    # the same status with a newer lastTransitionTime (a row with from == to).
+    missed: bool = False
 
 
 @dataclass(slots=True)
@@ -212,6 +215,7 @@ def node_detail(cluster: str, name: str, now: datetime) -> NodeDetail | None:
                 message=change.message,
                 transitioned=when(change.transitioned_at, now),
                 observed=when(change.observed_at, now),
+                missed=change.from_status == change.to_status,
             )
             for change in shown
         ],

@@ -3,6 +3,8 @@ kube-apiserver driven by real client-go electors:
 
 1. no leaderless gap before a lease's first holder (client-go creates the Lease with its
    holder: a whole-second creationTimestamp just before the microsecond acquireTime);
+2. a Node whose Ready lastTransitionTime moved while its status stayed changed and changed
+   back unseen: a missed change, shown as one;
 3. one rule for unobserved time in every availability figure: a gap (and its takeover) that
    overlaps time the watch did not see counts in none of them;
 
@@ -18,10 +20,12 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.utils import timezone
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone, translation
 from kubernetes import client
 
-from fakes.kube import FakeApiServer
+from fakes.kube import FakeApiServer, add_node
 from leases.availability import (
     SegmentKind,
     group_availability,
@@ -31,13 +35,18 @@ from leases.availability import (
 )
 from leases.ingest import LeaseIngestor
 from leases.models import (
+    ConditionStatus,
     KubeCluster,
     Lease,
     LeaseHolderSpan,
+    NodeReadyChange,
     WatchCoverage,
 )
+from leases.node_ingest import NodeIngestor
 from tests.leases.factories import NOW, make_cluster, make_lease
+from tests.leases.test_node_ingest import node
 from tests.leases.test_watcher import RunningWatcher, eventually, register
+from tests.nks.nodes import watched_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -208,6 +217,162 @@ def test_a_lease_created_by_an_elector_over_http_counts_no_gap(
         gaps = recent_gaps(now)
     assert [found.gaps for found in figures.values()] == [0, 0, 0]
     assert gaps == []
+
+
+# --- 2. a Node's Ready that changed and changed back unseen ------------------------------
+
+
+@pytest.fixture
+def nodes() -> KubeCluster:
+    return KubeCluster.objects.create(name="demo", kubeconfig="secret-kubeconfig")
+
+
+def ready_changes() -> list[tuple[str, str, datetime | None]]:
+    return list(
+        NodeReadyChange.objects.order_by("id").values_list(
+            "from_status", "to_status", "transitioned_at"
+        )
+    )
+
+
+def at(clock: str) -> datetime:
+    return datetime.fromisoformat(f"2027-01-15T{clock}+00:00")
+
+
+def test_a_relist_that_finds_ready_moved_on_with_the_same_status_records_a_missed_change(
+    nodes: KubeCluster,
+) -> None:
+    """Ready True since 08:00; the watcher is away; the node goes NotReady and back, so a
+    new watcher's list finds Ready True since 08:20. That episode was a change."""
+    first = NodeIngestor(nodes.id)
+    first.observe(node())
+    first.flush()
+
+    restarted = NodeIngestor(nodes.id)
+    restarted.observe(node(since="2027-01-15T08:20:00Z", beat=1500, resource_version=9))
+    result = restarted.flush()
+
+    assert result.ready_changes_written == 1
+    assert ready_changes() == [
+        ("", "True", at("08:00:00")),
+        ("True", "True", at("08:20:00")),
+    ]
+    missed = NodeReadyChange.objects.order_by("id").last()
+    assert missed is not None
+    # The node's own words, as it reported them; "missed" is from == to.
+    assert (missed.reason, missed.message) == ("KubeletReady", "kubelet is posting ready status")
+    # Written once: the next watcher starts from the new lastTransitionTime.
+    again = NodeIngestor(nodes.id)
+    again.observe(node(since="2027-01-15T08:20:00Z", beat=1510, resource_version=9))
+    assert again.flush().ready_changes_written == 0
+
+
+def test_a_watch_event_with_a_newer_ready_transition_and_the_same_status_is_a_missed_change(
+    nodes: KubeCluster,
+) -> None:
+    ingestor = NodeIngestor(nodes.id)
+    ingestor.observe(node(ready="False", reason="KubeletNotReady"))
+    ingestor.flush()
+
+    ingestor.observe(
+        node(ready="False", reason="KubeletNotReady", since="2027-01-15T08:05:00Z", beat=300)
+    )
+    ingestor.flush()
+
+    assert ready_changes()[1:] == [("False", "False", at("08:05:00"))]
+
+
+def test_heartbeats_and_an_older_or_missing_transition_time_are_no_missed_change(
+    nodes: KubeCluster,
+) -> None:
+    ingestor = NodeIngestor(nodes.id)
+    ingestor.observe(node(since="2027-01-15T08:00:00Z"))
+    ingestor.flush()
+    ingestor.observe(node(since="2027-01-15T08:00:00Z", beat=10))  # a heartbeat
+    ingestor.observe(node(since="2027-01-15T07:59:00Z", beat=20))  # an older time
+    ingestor.observe(node(since="", beat=30))  # none at all
+    ingestor.observe(node(since="2027-01-15T08:00:00Z", beat=40))  # none before it
+    ingestor.flush()
+
+    assert ready_changes() == [("", "True", at("08:00:00"))]
+
+
+def test_a_ready_change_seen_as_it_happens_is_not_also_missed(nodes: KubeCluster) -> None:
+    ingestor = NodeIngestor(nodes.id)
+    ingestor.observe(node())
+    ingestor.observe(node(ready="False", since="2027-01-15T08:01:00Z", beat=60))
+    ingestor.observe(node(ready="True", since="2027-01-15T08:02:00Z", beat=120))
+    ingestor.flush()
+
+    assert [(old, new) for old, new, _ in ready_changes()] == [
+        ("", "True"),
+        ("True", "False"),
+        ("False", "True"),
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notready_episode_while_no_watcher_ran_is_found_by_the_next_one(
+    apiserver: FakeApiServer,
+) -> None:
+    add_node(apiserver.store, "worker-1", provider_id="openstack:///worker-1")
+    cluster = register(apiserver)
+    with RunningWatcher(cluster):
+        eventually(lambda: NodeReadyChange.objects.filter(node__name="worker-1").exists())
+    start = datetime.now(UTC).replace(microsecond=0)
+    # lastTransitionTime is whole seconds: the episode is stamped well after the first sight.
+    apiserver.store.set_node_ready("worker-1", False, at=start + timedelta(seconds=5))
+    apiserver.store.set_node_ready("worker-1", True, at=start + timedelta(seconds=10))
+    with RunningWatcher(cluster):
+        eventually(lambda: NodeReadyChange.objects.filter(node__name="worker-1").count() == 2)
+        eventually(
+            lambda: cluster.nodes.get(name="worker-1").ready_since == start + timedelta(seconds=10)
+        )
+    assert ready_changes()[1:] == [
+        (ConditionStatus.TRUE, ConditionStatus.TRUE, start + timedelta(seconds=10))
+    ]
+
+
+def test_the_node_page_shows_a_missed_change_in_words(
+    client: Client, django_user_model: Any
+) -> None:
+    cluster = watched_cluster("prod")
+    ingestor = NodeIngestor(cluster.id)
+    ingestor.observe(node())
+    ingestor.flush()
+    ingestor.observe(node(since="2027-01-15T08:20:00Z", beat=1500))
+    ingestor.observe(node(ready="False", since="2027-01-15T08:30:00Z", beat=2100))
+    ingestor.flush()
+    client.force_login(django_user_model.objects.create_user("erin"))
+
+    text = client.get(reverse("leases:node", args=["prod", "worker-0"])).content.decode()
+    history = text.split("<h2>Ready history</h2>", 1)[1].split("</section>", 1)[0]
+
+    rows = history.split("<tr")[2:]  # after the header row
+    # Newest first: the change seen, then the missed one, then the first appearance.
+    assert "data-missed" not in rows[0] and "data-missed" not in rows[2]
+    assert 'class="row-warn missed" data-missed' in rows[1]
+    assert "missed: Ready changed and changed back while the dashboard was not watching" in rows[1]
+    assert rows[1].count('class="pill') == 1  # the status it came back to, shown once
+
+
+def test_the_missed_change_reads_in_korean(client: Client, django_user_model: Any) -> None:
+    cluster = watched_cluster("prod")
+    ingestor = NodeIngestor(cluster.id)
+    ingestor.observe(node())
+    ingestor.flush()
+    ingestor.observe(node(since="2027-01-15T08:20:00Z", beat=1500))
+    ingestor.flush()
+    client.force_login(django_user_model.objects.create_user("erin"))
+
+    # LocaleMiddleware leaves Korean active in this thread: restore the language after.
+    with translation.override(translation.get_language()):
+        text = client.get(
+            reverse("leases:node", args=["prod", "worker-0"]), HTTP_ACCEPT_LANGUAGE="ko"
+        ).content.decode()
+
+    assert "대시보드가 감시하지 않는 동안 Ready가 바뀌었다가 되돌아왔습니다" in text
+    assert "missed: Ready changed" not in text
 
 
 # --- 3. one rule for unobserved time ------------------------------------------------------
