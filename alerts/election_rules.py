@@ -243,25 +243,38 @@ def leader_group_degraded(ctx: RuleContext) -> RuleOutcome:
 # --- fencing_token_reused --------------------------------------------------------------------
 
 
-def _latest_before(lease_id: int, holder: str, before: LeaseTransition) -> LeaseTransition | None:
-    """The last change of the lease to `holder` seen before `before`."""
-    if not holder:
-        return None
-    return (
-        LeaseTransition.objects.filter(
-            lease_id=lease_id, to_holder=holder, observed_at__lte=before.observed_at
+def _reuse_timeline(
+    reuse: LeaseTransition,
+) -> tuple[LeaseTransition | None, LeaseTransition | None]:
+    """The reused token's first tenure and the takeover by the holder in between, both seen
+    before the reuse and in one order: first held < the other took over < seen again.
+
+    The order is the one the ingestor wrote the changes in (observed_at, then id), which
+    within a lease's life is the API server's (leases/fencing.py); the times are the moments
+    they were seen, never an acquireTime a client wrote: a stale holder writes its old one
+    back, and mixing the two clocks is how a token came out first holding the lease after
+    the takeover that ended its tenure."""
+    changes = LeaseTransition.objects.filter(lease_id=reuse.lease_id).only("observed_at")
+    between = None
+    if reuse.from_holder:
+        between = (
+            changes.filter(to_holder=reuse.from_holder, observed_at__lte=reuse.observed_at)
+            .exclude(observed_at=reuse.observed_at, pk__gte=reuse.pk)
+            .order_by("-observed_at", "-id")
+            .first()
         )
-        .exclude(pk=before.pk)
-        .only("observed_at", "acquire_time")
-        .order_by("-observed_at", "-id")
+    bound = between or reuse
+    first = (
+        changes.filter(to_holder=reuse.to_holder, observed_at__lte=bound.observed_at)
+        .exclude(observed_at=bound.observed_at, pk__gte=bound.pk)
+        .order_by("observed_at", "id")
         .first()
     )
+    return first, between
 
 
-def _taken_at(transition: LeaseTransition | None) -> datetime | None:
-    if transition is None:
-        return None
-    return transition.acquire_time or transition.observed_at
+def _seen_at(transition: LeaseTransition | None) -> datetime | None:
+    return None if transition is None else transition.observed_at
 
 
 def fencing_token_reused(ctx: RuleContext) -> RuleOutcome:
@@ -293,7 +306,6 @@ def fencing_token_reused(ctx: RuleContext) -> RuleOutcome:
             "from_identity",
             "to_identity",
             "observed_at",
-            "acquire_time",
             "lease__cluster_id",
             "lease__namespace",
             "lease__name",
@@ -302,14 +314,13 @@ def fencing_token_reused(ctx: RuleContext) -> RuleOutcome:
     )
     for row in rows:
         reuses[row.lease_id].append(row)
-    for lease_id, seen in reuses.items():
+    for seen in reuses.values():
         lease = seen[-1].lease
         cluster = clusters[lease.cluster_id].name
         if cluster in ctx.stale_kube_clusters:
             continue
         reuse = seen[-1]
-        earlier = _latest_before(lease_id, reuse.to_holder, reuse)
-        between = _latest_before(lease_id, reuse.from_holder, reuse)
+        earlier, between = _reuse_timeline(reuse)
         where = f"{lease.namespace}/{lease.name}"
         outcome.add(
             Condition(
@@ -328,7 +339,7 @@ def fencing_token_reused(ctx: RuleContext) -> RuleOutcome:
                             reuse.to_holder,
                         ),
                         time_fact(
-                            gettext_noop("That token first held the lease"), _taken_at(earlier)
+                            gettext_noop("That token first held the lease"), _seen_at(earlier)
                         ),
                         holder_fact(
                             gettext_noop("Holder in between (node id)"),
@@ -336,7 +347,7 @@ def fencing_token_reused(ctx: RuleContext) -> RuleOutcome:
                             reuse.from_holder,
                         ),
                         time_fact(
-                            gettext_noop("The holder in between took over"), _taken_at(between)
+                            gettext_noop("The holder in between took over"), _seen_at(between)
                         ),
                         time_fact(gettext_noop("The old token was seen again"), reuse.observed_at),
                         fact(

@@ -11,6 +11,13 @@ holder spans (leases/holder_spans.py); node heartbeats cost one dict lookup more
 A transition carries the holders' identities (computed at the change, which is rare) and,
 for a leader-k8s token, whether the token came back (leases/fencing.py, at the flush).
 
+A change is judged in the API server's own order: each known state keeps the uid and
+resourceVersion of the object that brought it, and an object older than that (same uid, a
+smaller integer resourceVersion: a replay, or old events delivered after newer ones in the
+burst that follows an API server stall) changes nothing, so it makes no transition, no span
+and no fencing mark, and never overwrites the newer row. A token is only judged as coming
+back when the order is proven (same uid, a larger integer resourceVersion).
+
 Restart safety: the in-memory "known" state starts from the database, and the database's
 holder is written in the same transaction as the transition rows and the spans. A watcher
 that dies before a flush loses nothing that a relist cannot rebuild, and a new watcher never
@@ -78,6 +85,20 @@ ROW_DATA_ERRORS = (DataError, IntegrityError, ValueError, OverflowError)
 class KnownLease:
     holder: str
     lease_transitions: int | None
+    # metadata.uid and resourceVersion (as an integer; None if it is not one) of the object
+    # that brought this holder and leaseTransitions: where the state sits in the API
+    # server's order. Renewals do not move them: a different state is older than the
+    # renewals of this one only if it is older than this object (the history is linear).
+    uid: str = ""
+    version: int | None = None
+
+    def order_of(self, uid: str, version: int | None) -> int | None:
+        """-1, 0 or 1: an object of `uid` at `version` comes before, at or after this state
+        in the API server's order; None when that cannot be told (another life of the
+        lease, or a resourceVersion that is no integer: by contract it is opaque)."""
+        if not uid or uid != self.uid or version is None or self.version is None:
+            return None
+        return (version > self.version) - (version < self.version)
 
 
 @dataclass(slots=True)
@@ -91,8 +112,13 @@ class PendingTransition:
     missed: int
     from_identity: str = ""
     to_identity: str = ""
-    # `to_holder` is a leader-k8s fencing token: the flush checks whether it came back.
+    # `to_holder` is a leader-k8s fencing token, and the API server's order puts this change
+    # after the state it changes: the flush checks whether the token came back.
     token: bool = False
+    # The lease's life (metadata.uid) and its start (creationTimestamp): a token counts as
+    # back only after another holder within the same life.
+    life: str = ""
+    life_started: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -168,7 +194,9 @@ class LeaseIngestor:
         and continues the open holder spans."""
         rows = Lease.objects.filter(
             cluster_id=self.cluster_id, deleted_at__isnull=True
-        ).values_list("id", "namespace", "name", "holder", "lease_transitions")
+        ).values_list(
+            "id", "namespace", "name", "holder", "lease_transitions", "uid", "resource_version"
+        )
         identities = Lease.objects.filter(
             cluster_id=self.cluster_id, deleted_at__isnull=True, library=LeaseLibrary.LEADER_K8S
         ).values_list("namespace", "name", "holder", "identity")
@@ -176,8 +204,14 @@ class LeaseIngestor:
         tenures = load_tenures(self.cluster_id)
         with self._lock:
             self._known = {}
-            for lease_id, namespace, name, holder, transitions in rows.iterator(chunk_size=5000):
-                self._known[(namespace, name)] = KnownLease(holder, transitions)
+            for lease_id, namespace, name, holder, transitions, uid, version in rows.iterator(
+                chunk_size=5000
+            ):
+                # The stored row's resourceVersion is at or after the one that brought its
+                # holder: an object older than it is older than that state too.
+                self._known[(namespace, name)] = KnownLease(
+                    holder, transitions, uid, _version_number(version)
+                )
                 self._lease_ids[(namespace, name)] = lease_id
             self._identities = {
                 (namespace, name): identity
@@ -202,11 +236,19 @@ class LeaseIngestor:
             batch.events += 1
             previous = self._known.get(key)
             if previous is None:
-                self._known[key] = KnownLease(holder, lease_transitions)
+                self._known[key] = KnownLease(holder, lease_transitions, *_order(obj))
                 self._first_sight(key, obj, holder, spec, batch)
             elif previous.holder != holder or previous.lease_transitions != lease_transitions:
-                self._changed(previous, key, obj, holder, lease_transitions, spec, batch)
-                self._known[key] = KnownLease(holder, lease_transitions)
+                uid, version = _order(obj)
+                order = previous.order_of(uid, version)
+                if order is not None and order < 0:
+                    # Older than the state it would change: by the API server's order it
+                    # changes nothing. Dropped whole, so it cannot overwrite the newer row.
+                    return True
+                self._changed(
+                    previous, key, obj, holder, lease_transitions, spec, batch, order == 1
+                )
+                self._known[key] = KnownLease(holder, lease_transitions, uid, version)
             else:
                 # A renewal: what is known stays as it is. Only a followed lease (never a
                 # node heartbeat) has more to check: whether it came after its expiry.
@@ -256,9 +298,12 @@ class LeaseIngestor:
         lease_transitions: int | None,
         spec: dict[str, Any],
         batch: _Batch,
+        ordered: bool,
     ) -> None:
         """A holder change or a jump in leaseTransitions: the transition, with identities
-        (read from the object now: the flush sees only the newest one), and the spans."""
+        (read from the object now: the flush sees only the newest one), and the spans.
+        `ordered`: the API server's order puts the object after the state it changes (the
+        same uid, a larger resourceVersion), the one case where a token may be judged."""
         from_identity = self._identity(key, previous.holder)
         token = False
         if holder == previous.holder:
@@ -266,7 +311,7 @@ class LeaseIngestor:
         else:
             leads = lease_leadership(obj)
             to_identity = leads.identity if leads is not None else holder[:MAX_IDENTITY]
-            token = leads is not None and bool(leads.token)
+            token = ordered and leads is not None and bool(leads.token)
             if to_identity != holder[:MAX_IDENTITY]:
                 self._identities[key] = to_identity
             else:
@@ -275,6 +320,10 @@ class LeaseIngestor:
         if transition is not None:
             transition.from_identity, transition.to_identity = from_identity, to_identity
             transition.token = token
+            if token:
+                metadata = obj["metadata"]  # lease_state checked it
+                transition.life = previous.uid
+                transition.life_started = parse_time(metadata.get("creationTimestamp"))
             batch.history.append(transition)
         tenure = self._tenures.get(key)
         if tenure is None:
@@ -479,7 +528,8 @@ class LeaseIngestor:
             known_ids = {item.key: self._lease_ids.get(item.key) for item in pending}
         rows = []
         moves: list[tuple[int, SpanMove]] = []
-        earlier: dict[int, list[tuple[str, str]]] = {}
+        # This flush's changes by lease and life (uid): only those of the same life count.
+        earlier: dict[tuple[int, str], list[tuple[str, str]]] = {}
         reused_at: dict[int, datetime] = {}
         for item in pending:
             lease_id = ids.get(item.key) or known_ids.get(item.key)
@@ -490,8 +540,8 @@ class LeaseIngestor:
                 moves.append((lease_id, item))
                 continue
             change = (item.from_holder, item.to_holder)
-            before = earlier.setdefault(lease_id, [])
-            reused = item.token and token_came_back(lease_id, change, before)
+            before = earlier.setdefault((lease_id, item.life), [])
+            reused = item.token and token_came_back(lease_id, change, before, item.life_started)
             before.append(change)
             if reused:
                 reused_at[lease_id] = item.observed_at
@@ -531,6 +581,21 @@ class LeaseIngestor:
                 deleted_at__isnull=True,
             ).update(deleted_at=now)
         return count
+
+
+def _version_number(value: object) -> int | None:
+    """A resourceVersion as the API server orders it (etcd's revision: a decimal integer),
+    or None for anything else, which cannot be ordered."""
+    if type(value) is not str or not value.isascii() or not value.isdigit() or len(value) > 20:
+        return None
+    return int(value)
+
+
+def _order(obj: dict[str, Any]) -> tuple[str, int | None]:
+    """The object's uid and resourceVersion number: where it sits in the server's order."""
+    metadata = obj["metadata"]  # lease_state checked it
+    uid = metadata.get("uid")
+    return (uid if type(uid) is str else "", _version_number(metadata.get("resourceVersion")))
 
 
 def _transition_between(

@@ -1,5 +1,7 @@
 """Fencing token reuse (leases/fencing.py) as the ingestor records it: a leader-k8s token
-that comes back after a different holder marks its transition and the lease."""
+that comes back after a different holder marks its transition and the lease. Each object
+carries the uid and the growing resourceVersion a real API server gives it: the order a
+reuse is judged by (tests/leases/test_history_truth.py has the objects out of order)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ def token(letter: str) -> str:
 A, B, C = token("A"), token("B"), token("C")
 
 
-def leader_k8s(holder: str | None, node: str = "", transitions: int = 0) -> dict[str, Any]:
+def leader_k8s(
+    holder: str | None, node: str = "", transitions: int = 0, version: int = 1
+) -> dict[str, Any]:
     annotations = {"leader.bluetape4k.io/managed-by": "bluetape4k-leader-k8s"}
     if node:
         annotations["leader.bluetape4k.io/node-id"] = node
@@ -33,7 +37,8 @@ def leader_k8s(holder: str | None, node: str = "", transitions: int = 0) -> dict
         "metadata": {
             "namespace": "operators",
             "name": "billing",
-            "resourceVersion": "1",
+            "uid": "uid-billing",
+            "resourceVersion": str(version),
             "annotations": annotations,
         },
         "spec": {
@@ -57,7 +62,9 @@ def cluster() -> KubeCluster:
 def run(cluster: KubeCluster, holders: list[str], *, flush_each: bool = True) -> LeaseIngestor:
     ingestor = LeaseIngestor(cluster.id)
     for count, holder in enumerate(holders):
-        ingestor.observe(leader_k8s(holder, node=f"node-{holder[-1:]}", transitions=count))
+        ingestor.observe(
+            leader_k8s(holder, node=f"node-{holder[-1:]}", transitions=count, version=count + 1)
+        )
         if flush_each:
             ingestor.flush()
     ingestor.flush()
@@ -95,7 +102,7 @@ def test_reuse_inside_one_coalesced_batch_is_marked(cluster: KubeCluster) -> Non
 def test_reuse_is_found_by_a_restarted_ingestor(cluster: KubeCluster) -> None:
     run(cluster, [A, B, ""])
     second = LeaseIngestor(cluster.id)
-    second.observe(leader_k8s(A, node="node-A", transitions=3))
+    second.observe(leader_k8s(A, node="node-A", transitions=3, version=4))
     second.flush()
     assert marks()[-1] == (A, True)
 
@@ -103,7 +110,7 @@ def test_reuse_is_found_by_a_restarted_ingestor(cluster: KubeCluster) -> None:
 def test_plain_leases_are_never_marked(cluster: KubeCluster) -> None:
     ingestor = LeaseIngestor(cluster.id)
     for count, holder in enumerate(["pod-a", "pod-b", "pod-a"]):
-        obj = leader_k8s(holder, transitions=count)
+        obj = leader_k8s(holder, transitions=count, version=count + 1)
         obj["metadata"]["annotations"] = {}
         ingestor.observe(obj)
         ingestor.flush()

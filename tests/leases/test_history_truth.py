@@ -7,6 +7,9 @@ kube-apiserver driven by real client-go electors:
    back unseen: a missed change, shown as one;
 3. one rule for unobserved time in every availability figure: a gap (and its takeover) that
    overlaps time the watch did not see counts in none of them;
+4. a fencing token counts as reused only in the API server's own order (resourceVersion,
+   within one uid): replays, relists and old events after a stall never do, and the
+   incident's times come from one order.
 
 Objects go into the ingestors as a watch delivers them, or through the fake API server over
 real HTTP; availability is read back with the clock frozen.
@@ -25,6 +28,7 @@ from django.urls import reverse
 from django.utils import timezone, translation
 from kubernetes import client
 
+from alerts.models import Incident, Rule
 from fakes.kube import FakeApiServer, add_node
 from leases.availability import (
     SegmentKind,
@@ -39,10 +43,12 @@ from leases.models import (
     KubeCluster,
     Lease,
     LeaseHolderSpan,
+    LeaseTransition,
     NodeReadyChange,
     WatchCoverage,
 )
 from leases.node_ingest import NodeIngestor
+from tests.alerts.conftest import evaluate
 from tests.leases.factories import NOW, make_cluster, make_lease
 from tests.leases.test_node_ingest import node
 from tests.leases.test_watcher import RunningWatcher, eventually, register
@@ -487,3 +493,165 @@ def test_a_group_stretch_with_no_slot_held_across_an_outage_counts_in_no_figure(
     assert hour.median_takeover_seconds == 5 * MIN
     assert hour.observed_seconds == 40 * MIN
     assert hour.available_seconds == 35 * MIN
+
+
+# --- 4. fencing in the API server's order -------------------------------------------------
+
+TOKEN_A, TOKEN_B, TOKEN_C = ("b4k-" + letter * 22 for letter in "ABC")
+
+
+def leader_k8s(
+    holder: str | None,
+    version: int | str,
+    *,
+    transitions: int = 0,
+    uid: str = "uid-billing",
+    acquired: str = "2026-11-29T07:00:00.000000Z",
+) -> dict[str, Any]:
+    node_id = f"node-{holder[-1]}" if holder else ""
+    return {
+        "metadata": {
+            "namespace": "operators",
+            "name": "billing",
+            "uid": uid,
+            "resourceVersion": str(version),
+            "creationTimestamp": "2026-11-29T06:00:00Z",
+            "annotations": {
+                "leader.bluetape4k.io/managed-by": "bluetape4k-leader-k8s",
+                "leader.bluetape4k.io/node-id": node_id,
+                "leader.bluetape4k.io/audit-leader-id": node_id,
+            },
+        },
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 15,
+            "acquireTime": acquired,
+            "renewTime": acquired,
+            "leaseTransitions": transitions,
+        },
+    }
+
+
+def history() -> list[tuple[str, str, bool]]:
+    return list(
+        LeaseTransition.objects.order_by("id").values_list(
+            "from_holder", "to_holder", "fencing_reused"
+        )
+    )
+
+
+def feed(ingestor: LeaseIngestor, *objects: dict[str, Any], flush_each: bool = True) -> None:
+    for obj in objects:
+        ingestor.observe(obj)
+        if flush_each:
+            ingestor.flush()
+    ingestor.flush()
+
+
+@pytest.fixture
+def elections() -> KubeCluster:
+    return KubeCluster.objects.create(name="demo", kubeconfig="secret-kubeconfig")
+
+
+def test_a_token_back_after_another_in_resource_version_order_is_reused(
+    elections: KubeCluster,
+) -> None:
+    feed(
+        LeaseIngestor(elections.id),
+        leader_k8s(TOKEN_A, 10),
+        leader_k8s(TOKEN_B, 20, transitions=1),
+        leader_k8s(TOKEN_A, 30, transitions=2),
+    )
+    assert history() == [(TOKEN_A, TOKEN_B, False), (TOKEN_B, TOKEN_A, True)]
+    assert Lease.objects.get().fencing_reused_at is not None
+
+
+@pytest.mark.parametrize("flush_each", [True, False], ids=["flushed", "one-batch"])
+def test_old_events_after_a_stall_are_no_reuse_no_transition_and_no_span(
+    elections: KubeCluster, flush_each: bool
+) -> None:
+    """A took the lease over from B; after an API server stall the burst delivers B's old
+    objects after A's newer ones. By resourceVersion nothing changed back."""
+    feed(
+        LeaseIngestor(elections.id),
+        leader_k8s(TOKEN_B, 100, acquired="2026-11-29T07:01:16.000000Z"),
+        leader_k8s(TOKEN_A, 200, transitions=1, acquired="2026-11-29T07:16:16.000000Z"),
+        leader_k8s(TOKEN_B, 150, acquired="2026-11-29T07:01:16.000000Z"),  # old
+        leader_k8s(TOKEN_B, 120, acquired="2026-11-29T07:01:16.000000Z"),  # older
+        leader_k8s(TOKEN_A, 210, transitions=1, acquired="2026-11-29T07:16:16.000000Z"),
+        flush_each=flush_each,
+    )
+    assert history() == [(TOKEN_B, TOKEN_A, False)]
+    lease = Lease.objects.get()
+    assert (lease.holder, lease.resource_version, lease.fencing_reused_at) == (
+        TOKEN_A,
+        "210",
+        None,
+    )
+    spans = LeaseHolderSpan.objects.order_by("started_at").values_list("holder", flat=True)
+    assert list(spans) == [TOKEN_B, TOKEN_A]
+
+
+def test_a_relist_showing_the_same_state_is_not_a_reuse(elections: KubeCluster) -> None:
+    feed(
+        LeaseIngestor(elections.id),
+        leader_k8s(TOKEN_A, 10),
+        leader_k8s(TOKEN_B, 20, transitions=1),
+    )
+    # A new watcher lists: the same object; then an old one replayed from before it.
+    restarted = LeaseIngestor(elections.id)
+    feed(restarted, leader_k8s(TOKEN_B, 20, transitions=1), leader_k8s(TOKEN_A, 10))
+    assert history() == [(TOKEN_A, TOKEN_B, False)]
+    assert Lease.objects.get().holder == TOKEN_B
+
+
+def test_a_token_back_in_another_life_of_the_lease_is_not_a_reuse(elections: KubeCluster) -> None:
+    """Deleted and created again while nobody watched (a new uid): its first holder is no
+    token coming back, whatever the old life held."""
+    feed(
+        LeaseIngestor(elections.id),
+        leader_k8s(TOKEN_A, 10),
+        leader_k8s(TOKEN_B, 20, transitions=1),
+        leader_k8s(TOKEN_A, 5, uid="uid-billing-2"),
+    )
+    assert history() == [(TOKEN_A, TOKEN_B, False), (TOKEN_B, TOKEN_A, False)]
+    assert Lease.objects.get().fencing_reused_at is None
+
+
+def test_resource_versions_that_are_not_integers_are_not_judged(elections: KubeCluster) -> None:
+    feed(
+        LeaseIngestor(elections.id),
+        leader_k8s(TOKEN_A, "a1"),
+        leader_k8s(TOKEN_B, "b2", transitions=1),
+        leader_k8s(TOKEN_A, "c3", transitions=2),
+    )
+    assert history() == [(TOKEN_A, TOKEN_B, False), (TOKEN_B, TOKEN_A, False)]
+
+
+def test_a_reuse_incident_tells_its_times_in_one_order() -> None:
+    """A takes over from C, B from A, then A writes again with its old view. B's client
+    clock is behind, so its acquireTime (07:35) comes before A's (07:40): told by the
+    acquireTimes, A "first held" the lease after B "took over". The incident tells the
+    moments each change was seen, in the order they were: 07:40 < 07:50 < 08:00."""
+    cluster = make_cluster(name="prod")
+    with time_machine.travel(NOW - timedelta(minutes=30), tick=False) as clock:
+        ingestor = LeaseIngestor(cluster.id)
+        feed(ingestor, leader_k8s(TOKEN_C, 1, acquired="2026-11-29T07:30:00.000000Z"))
+        clock.shift(timedelta(minutes=10))
+        feed(ingestor, leader_k8s(TOKEN_A, 2, transitions=1, acquired="2026-11-29T07:40:00Z"))
+        clock.shift(timedelta(minutes=10))
+        feed(ingestor, leader_k8s(TOKEN_B, 3, transitions=2, acquired="2026-11-29T07:35:00Z"))
+        clock.shift(timedelta(minutes=10))
+        feed(ingestor, leader_k8s(TOKEN_A, 4, transitions=2, acquired="2026-11-29T07:40:00Z"))
+    with time_machine.travel(NOW, tick=False):
+        evaluate(cluster)
+
+    incident = Incident.objects.get(rule=Rule.FENCING_TOKEN_REUSED)
+    facts = {item["label"]: item for item in incident.details["facts"]}
+    assert (
+        facts["That token first held the lease"]["at"],
+        facts["The holder in between took over"]["at"],
+        facts["The old token was seen again"]["at"],
+    ) == ("2026-11-29T07:40:00Z", "2026-11-29T07:50:00Z", "2026-11-29T08:00:00Z")
+    assert facts["Reused token's holder (node id)"]["token"] == TOKEN_A
+    assert facts["Holder in between (node id)"]["token"] == TOKEN_B
