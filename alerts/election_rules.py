@@ -31,7 +31,7 @@ from alerts.lease_rules import CLUSTER_DISABLED, CLUSTER_REMOVED, kube_clusters
 from alerts.models import Rule
 from dashboard.links import lease_url
 from leases.groups import GroupState, SlotState, leader_groups
-from leases.models import LeaseTransition
+from leases.models import KubeCluster, LeaseTransition
 from leases.presenters.groups import group_url
 
 # How long a fencing_token_reused incident stays open after the last reuse, unless the
@@ -161,7 +161,7 @@ def leader_group_unstaffed(ctx: RuleContext) -> RuleOutcome:
     for key, group in groups.items():
         if group.cluster in ctx.stale_kube_clusters or group.held:
             continue
-        if not group.known:
+        if not group.known or _settling(group, now=ctx.now):
             outcome.freeze(key)  # a slot whose state is not known may be held: no verdict
             continue
         outcome.add(
@@ -178,6 +178,21 @@ def leader_group_unstaffed(ctx: RuleContext) -> RuleOutcome:
     ctx.freeze_clusters(outcome, ctx.stale_kube_clusters)
     _group_notes(ctx, outcome, groups, Rule.LEADER_GROUP_UNSTAFFED)
     return outcome
+
+
+def _settling(group: GroupState, *, now: datetime) -> bool:
+    """The group's cluster came back from unobserved time (a stall, an outage, a new
+    watcher) less than a lease duration ago: its holders may not have renewed yet, so an
+    expired slot says nothing of them (alerts.lease_rules.vouched)."""
+    since = (
+        KubeCluster.objects.filter(pk=group.cluster_id)
+        .values_list("leases_observed_since", flat=True)
+        .first()
+    )
+    if since is None:
+        return False
+    longest = max((lease.lease_duration_seconds or 0 for lease in group.leases), default=0)
+    return now < since + timedelta(seconds=longest)
 
 
 def _group_condition(
@@ -216,7 +231,7 @@ def leader_group_degraded(ctx: RuleContext) -> RuleOutcome:
             continue
         if not 0 < group.held < group.expected:
             continue
-        if not group.known:
+        if not group.known or _settling(group, now=ctx.now):
             outcome.freeze(key)
             continue
         outcome.add(

@@ -73,25 +73,35 @@ LATE_SECONDS = 5.0
 RECHECK_AFTER = timedelta(milliseconds=100)
 
 
-def _as_of_by_cluster(now: datetime) -> dict[int, datetime]:
-    """Each enabled cluster's lease data as-of moment, where that data is current."""
+def _as_of_by_cluster(now: datetime) -> dict[int, tuple[datetime, datetime | None]]:
+    """Each enabled cluster's lease data as-of moment and the start of its observed stretch,
+    where that data is current."""
     return {
-        cluster_id: moment
-        for cluster_id, moment in KubeCluster.objects.filter(enabled=True).values_list(
-            "id", "leases_as_of"
+        cluster_id: (moment, since)
+        for cluster_id, moment, since in KubeCluster.objects.filter(enabled=True).values_list(
+            "id", "leases_as_of", "leases_observed_since"
         )
-        if freshness.is_current(moment, now)
+        if moment is not None and freshness.is_current(moment, now)
     }
 
 
 def _due_or_recheck(
-    due: datetime, cluster_id: int, now: datetime, horizon: datetime, as_of: dict[int, datetime]
+    due: datetime,
+    duration: int,
+    cluster_id: int,
+    now: datetime,
+    horizon: datetime,
+    clusters: dict[int, tuple[datetime, datetime | None]],
 ) -> datetime | None:
     """When to evaluate for this due moment: while ahead, when the data will vouch for it
     (the due moment plus how far the cluster's as-of moment trails the clock now); a
     recheck while it has passed but the data does not vouch for it yet; else nothing
     (evaluated already, or the data is stale and source_stale stands in)."""
-    known = as_of.get(cluster_id)
+    known, since = clusters.get(cluster_id, (None, None))
+    if since is not None:
+        # An expiry in unobserved time is judged a lease duration after observation resumed
+        # (alerts.lease_rules.vouched).
+        due = max(due, since + timedelta(seconds=duration))
     if now < due <= horizon:
         return due + (max(timedelta(0), now - known) if known is not None else timedelta(0))
     if due <= now and known is not None and known < due:
@@ -125,7 +135,7 @@ def _leader_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]
     for cluster_id, expires_at, duration in rows:
         grace = (duration or 0) if fixed_grace is None else fixed_grace
         moment = _due_or_recheck(
-            expires_at + timedelta(seconds=grace), cluster_id, now, horizon, as_of
+            expires_at + timedelta(seconds=grace), duration or 0, cluster_id, now, horizon, as_of
         )
         if moment is not None:
             dues.append((moment, cluster_id))
@@ -166,18 +176,18 @@ def _node_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]:
         .exclude(holder="")
         .exclude(cluster__name__in=open_clusters)
         .order_by("cluster_id", "expires_at")
-        .values_list("cluster_id", "expires_at")
+        .values_list("cluster_id", "expires_at", "lease_duration_seconds")
     )
     seen: dict[int, int] = {}
     dues: list[tuple[datetime, int]] = []
     as_of = _as_of_by_cluster(now)
-    for cluster_id, expires_at in rows:
+    for cluster_id, expires_at, duration in rows:
         seen[cluster_id] = seen.get(cluster_id, 0) + 1
         # The threshold-th opens the incident; the ones after it may join it in the same
         # evaluation (next_lease_due coalesces a cluster's dues).
         if seen[cluster_id] < minimum:
             continue
-        moment = _due_or_recheck(expires_at + grace, cluster_id, now, horizon, as_of)
+        moment = _due_or_recheck(expires_at + grace, duration or 0, cluster_id, now, horizon, as_of)
         if moment is not None:
             dues.append((moment, cluster_id))
     return dues

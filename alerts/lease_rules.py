@@ -51,6 +51,22 @@ def stale_kube_cluster_names(now: datetime) -> set[str]:
     return {cluster.name for cluster in kube_clusters().values() if cluster.is_stale(now)}
 
 
+def vouched(cluster: KubeCluster, due: datetime, duration: int, now: datetime) -> bool:
+    """The cluster's data vouches that a lease was still not renewed at its alert's `due`
+    moment: the data is known past it (its as-of moment), and the holder has had one whole
+    lease duration of observed time to renew (an expiry during a stall or an outage, when no
+    holder could renew, is judged only a lease duration after observation resumed).
+
+    No rule judges a moment the dashboard did not observe.
+    """
+    as_of, since = cluster.leases_as_of, cluster.leases_observed_since
+    if as_of is None:
+        return False
+    if since is not None:
+        due = max(due, since + timedelta(seconds=duration))
+    return due <= min(now, as_of)
+
+
 def _lease_parts(key: str) -> tuple[str, str]:
     """(namespace, name) from `<rule>:<cluster>/<namespace>/<name>`."""
     _, _, where = key.partition(":")
@@ -118,14 +134,15 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
         duration = row["lease_duration_seconds"] or 0
         grace = timedelta(seconds=duration if fixed_grace is None else fixed_grace)
         expires_at: datetime = row["expires_at"]
-        # Judged at the data's as-of moment, not the clock: past it, a renewal may be on
-        # its way (no alert about a moment the dashboard did not observe).
-        if owner.leases_as_of is None or expires_at + grace > min(now, owner.leases_as_of):
-            continue
         where = f"{row['namespace']}/{row['name']}"
+        key = f"{Rule.LEASE_EXPIRED}:{cluster}/{where}"
+        if not vouched(owner, expires_at + grace, duration, now):
+            if key in ctx.unresolved:
+                outcome.freeze(key)  # not known yet either way: neither opened nor resolved
+            continue
         outcome.add(
             Condition(
-                key=f"{Rule.LEASE_EXPIRED}:{cluster}/{where}",
+                key=key,
                 title=Message.gettext_noop("%(lease)s lease expired", lease=where),
                 cluster=cluster,
                 since=expires_at,
@@ -322,10 +339,12 @@ def node_heartbeats_expired(ctx: RuleContext) -> RuleOutcome:
         )
         .exclude(holder="")
         .order_by("cluster_id", "name")
-        .values_list("cluster_id", "name", "expires_at")
+        .values_list("cluster_id", "name", "expires_at", "lease_duration_seconds")
     )
-    for cluster_id, name, expires_at in rows:
+    durations: dict[tuple[int, str], int] = {}
+    for cluster_id, name, expires_at, duration in rows:
         expired[cluster_id].append((name, expires_at))
+        durations[(cluster_id, name)] = duration or 0
     prefix = reverse("leases:index")
     for cluster_id, all_nodes in expired.items():
         owner = clusters[cluster_id]
@@ -333,8 +352,11 @@ def node_heartbeats_expired(ctx: RuleContext) -> RuleOutcome:
         if cluster in ctx.stale_kube_clusters or owner.leases_as_of is None:
             continue
         # Only expiries the data vouches for: past its as-of moment, a renewal may be late.
-        known = owner.leases_as_of - grace
-        nodes = [(name, expires_at) for name, expires_at in all_nodes if expires_at <= known]
+        nodes = [
+            (name, expires_at)
+            for name, expires_at in all_nodes
+            if vouched(owner, expires_at + grace, durations[(cluster_id, name)], now)
+        ]
         if len(nodes) < minimum:
             key = f"{Rule.NODE_HEARTBEATS_EXPIRED}:{cluster}"
             if key in ctx.unresolved and len(all_nodes) >= minimum:

@@ -55,6 +55,8 @@ class ResourceFreshness:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._as_of: datetime | None = None
+        # Where the current stretch of proofs without a gap began (see `observed_since`).
+        self._observed_since: datetime | None = None
         self._delivered = ""  # the newest resourceVersion handed to the ingestor
         self._delivered_revision: int | None = None
         # Probes the stream has not caught up with: (asked at, revision, answered at on the
@@ -65,6 +67,13 @@ class ResourceFreshness:
     def as_of(self) -> datetime | None:
         with self._lock:
             return self._as_of
+
+    @property
+    def observed_since(self) -> datetime | None:
+        """Since when the data has been proved without a gap longer than WATCH_STALE_SECONDS:
+        the time before it (a stall, an outage, a restart) was not observed."""
+        with self._lock:
+            return self._observed_since
 
     @property
     def delivered(self) -> str:
@@ -129,5 +138,7 @@ class ResourceFreshness:
             self._prove(self._pending.popleft()[0])
 
     def _prove(self, moment: datetime) -> None:
+        if self._as_of is None or moment - self._as_of > stale_after():
+            self._observed_since = moment  # a gap: what came before it was not observed
         if self._as_of is None or moment > self._as_of:
             self._as_of = moment

@@ -97,6 +97,12 @@ class KubeCluster(models.Model):
     # whose expiry falls after it is "unknown", never "expired".
     leases_as_of = models.DateTimeField(null=True, blank=True)
     nodes_as_of = models.DateTimeField(null=True, blank=True)
+    # Since when each resource has been observed without a gap (as-of moments no further
+    # apart than WATCH_STALE_SECONDS). An expiry before it fell in unobserved time: a live
+    # holder could not renew while its API server was frozen, so it is given one lease
+    # duration from here before a rule judges it.
+    leases_observed_since = models.DateTimeField(null=True, blank=True)
+    nodes_observed_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -160,8 +160,13 @@ class ResourceReader:
         backoff: Backoff,
         watch_timeout_seconds: int,
         stream_proved_seconds: float = STREAM_PROVED_SECONDS,
+        server_answered_at: Callable[[], float | None] | None = None,
     ) -> None:
         self.cluster_id = cluster_id
+        # When the cluster's API server last answered anything (the probe's moment on the
+        # monotonic clock): a server that worked a moment ago is one coming back, whatever
+        # this resource's own reads did meanwhile.
+        self._server_answered_at = server_answered_at
         self.resource = resource
         self._connect = connect
         self._forget_connection = forget_connection
@@ -179,6 +184,9 @@ class ResourceReader:
         self._stream_lock = threading.Lock()
         # Set to end a backoff early (the probe saw the server answer again).
         self._retry = threading.Event()
+        # The open stream was closed from another thread (a stop, the probe): whatever its
+        # read raises then is that close, not a failure of the server.
+        self._closed_here = False
         # 403s in a row and when the first of them came (time.monotonic()).
         self._forbidden_count = 0
         self._forbidden_since = 0.0
@@ -193,6 +201,7 @@ class ResourceReader:
         dead or stuck: the reader then resumes from its last resourceVersion)."""
         with self._stream_lock:
             stream = self._stream
+            self._closed_here = stream is not None
         if stream is not None:
             stream.close()
 
@@ -210,6 +219,14 @@ class ResourceReader:
                 return
             # Two events cannot be waited on at once: the stop is checked every 0.2 s.
             self._retry.wait(min(left, 0.2))
+
+    def _note_server_health(self) -> None:
+        """Count the server's answers to the probe as this resource's source working."""
+        answered = self._server_answered_at() if self._server_answered_at else None
+        if answered is not None and (
+            self.backoff.healthy_at is None or answered > self.backoff.healthy_at
+        ):
+            self.backoff.healthy_at = answered
 
     def _persistent_forbidden(self, error: kube.KubeError) -> kube.KubeError:
         """A 403 as RBAC advice only once it persists; before that, as a passing refusal."""
@@ -256,6 +273,7 @@ class ResourceReader:
                 if error.kind == "gone":
                     resource_version = ""
                     continue
+                self._note_server_health()
                 if error.kind == "forbidden":
                     error = self._persistent_forbidden(error)
                 else:
@@ -323,6 +341,7 @@ class ResourceReader:
         stream = self.resource.open_watch(api, resource_version, self.watch_timeout_seconds)
         with self._stream_lock:
             self._stream = stream
+            self._closed_here = False
         if self._stop.is_set():
             # The stop came while the watch was opening, when there was no stream to close:
             # close it now, or the read would wait for the server's next event.
@@ -350,6 +369,20 @@ class ResourceReader:
                 self.resource.freshness.delivered_to(resource_version)
                 if self._stop.is_set():
                     break
+        except (WatchExpired, kube.KubeError):
+            if not self._closed_here:
+                raise
+        except Exception:
+            # http.client is not made to be closed under a read in another thread: the read
+            # then fails in its own ways. Ours to close, so the reader resumes at once.
+            if not self._closed_here:
+                raise
+            logger.info(
+                "cluster %s: the %s watch was closed to reconnect it; resuming from %s",
+                self.cluster_id,
+                self.resource.plural,
+                resource_version,
+            )
         finally:
             with self._stream_lock:
                 self._stream = None

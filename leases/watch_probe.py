@@ -71,6 +71,10 @@ class ServerProbe:
         self.quiet_check_after = quiet_check_after
         self.failures = 0
         self.probes = 0
+        # When the server last answered a probe (time.monotonic()), None: never.
+        self.answered_at: float | None = None
+        # The last probe was answered with a refusal (403, 5xx, 429), not the revision.
+        self._refused = False
         self.quiet_checks = 0
         self.stuck_streams = 0
         self._last_check: dict[str, float] = {}
@@ -100,15 +104,11 @@ class ServerProbe:
             )
             return
         self.probes += 1
-        if self.failures:
-            logger.info(
-                "cluster %s: the API server answers again after %d failed probes",
-                self.cluster_id,
-                self.failures,
-            )
-            self.failures = 0
+        if self._refused:
+            self._refused = False
             for reader in readers:
-                reader.retry_now()  # no backoff left to wait out: the server is back
+                reader.retry_now()  # refused a moment ago, served now: the readers too
+        self._answered(readers)
         for reader in readers:
             reader.resource.freshness.probed(asked_at, server_revision)
         for reader in readers:
@@ -118,6 +118,11 @@ class ServerProbe:
 
     def _failed(self, error: kube.KubeError, readers: list[ResourceReader]) -> None:
         if error.kind not in _NOT_ANSWERING:
+            # An answer all the same (a 403 of a server still loading its roles, a 5xx, a
+            # 429): the process is back, so readers waiting out a backoff try now, and again
+            # once a probe gets through.
+            self._answered(readers)
+            self._refused = True
             return
         self.failures += 1
         if self.failures == 1:
@@ -135,6 +140,19 @@ class ServerProbe:
                         reader.resource.plural,
                     )
                 reader.close_stream()
+
+    def _answered(self, readers: list[ResourceReader]) -> None:
+        self.answered_at = time.monotonic()
+        if not self.failures:
+            return
+        logger.info(
+            "cluster %s: the API server answers again after %d failed probes",
+            self.cluster_id,
+            self.failures,
+        )
+        self.failures = 0
+        for reader in readers:
+            reader.retry_now()  # no backoff left to wait out: the server is back
 
     def _check_if_quiet(self, api: Any, reader: ResourceReader) -> None:
         freshness = reader.resource.freshness

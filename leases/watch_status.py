@@ -51,6 +51,8 @@ class ResourceStatus(Protocol):
 
     def skipped(self, result: Any) -> int: ...
 
+    def observed(self, since: datetime | None) -> dict[str, Any]: ...
+
     def stopped(self) -> None: ...
 
 
@@ -130,6 +132,7 @@ class LeaseStatus:
         self.max_lag_seconds = 0.0
         self.coverage = Coverage(cluster_id)
         self._as_of_written: datetime | None = None
+        self._since_written: datetime | None = None
 
     def listed(self) -> None:
         # Not swallowed: a database gone away here is the reader's to report and retry.
@@ -195,6 +198,13 @@ class LeaseStatus:
         """Objects cleaned of NUL characters or refused by the database (one shared total)."""
         return int(result.objects_cleaned + result.leases_skipped)
 
+    def observed(self, since: datetime | None) -> dict[str, Any]:
+        """The start of the current observed stretch, when it moved (leases.freshness)."""
+        if since is None or since == self._since_written:
+            return {}
+        self._since_written = since
+        return {"leases_observed_since": since}
+
     def stopped(self) -> None:
         self.coverage.stopped()
         # Only while the row is still ours: a successor may have taken the cluster over.
@@ -214,6 +224,7 @@ class NodeStatus:
         self.owner = owner[:200]
         self.max_lag_seconds = 0.0
         self._as_of_written: datetime | None = None
+        self._since_written: datetime | None = None
 
     def listed(self) -> None:
         update_cluster(
@@ -273,6 +284,12 @@ class NodeStatus:
 
     def skipped(self, result: Any) -> int:
         return int(result.objects_cleaned + result.nodes_skipped)
+
+    def observed(self, since: datetime | None) -> dict[str, Any]:
+        if since is None or since == self._since_written:
+            return {}
+        self._since_written = since
+        return {"nodes_observed_since": since}
 
     def stopped(self) -> None:
         # A watch that was running is no longer; a refusal (forbidden, not served) stays

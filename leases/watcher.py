@@ -227,6 +227,7 @@ class LeaseWatcher:
             backoff=backoff,
             watch_timeout_seconds=self.watch_timeout_seconds,
             stream_proved_seconds=self.stream_proved_seconds,
+            server_answered_at=lambda: self.probe.answered_at,
         )
 
     @staticmethod
@@ -382,6 +383,7 @@ class LeaseWatcher:
             committed_version = reader.resource_version
             watching = reader.watching
             as_of = reader.resource.freshness.as_of
+            observed_since = reader.resource.freshness.observed_since
             try:
                 result = reader.resource.ingestor.flush()
             except DatabaseError as exc:
@@ -411,6 +413,7 @@ class LeaseWatcher:
                 )
                 continue
             updates.update(status.flushed(result, committed_version, watching, as_of))
+            updates.update(status.observed(observed_since))
             skipped += status.skipped(result)
         if skipped:
             updates["skipped_objects_total"] = Added(skipped)

@@ -391,6 +391,12 @@ class FakeApiServer:
         return self._faults.cut_streams()
 
     @property
+    def open_connections(self) -> int:
+        """How many client connections are open now (fault tests count what a client left)."""
+        with self._lock:
+            return len(self._connections)
+
+    @property
     def open_watch_streams(self) -> int:
         """How many watch streams are open (subscribed and not yet ended)."""
         return self._faults.open_stream_count

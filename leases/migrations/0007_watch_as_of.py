@@ -20,4 +20,14 @@ class Migration(migrations.Migration):
             name='nodes_as_of',
             field=models.DateTimeField(blank=True, null=True),
         ),
+        migrations.AddField(
+            model_name='kubecluster',
+            name='leases_observed_since',
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name='kubecluster',
+            name='nodes_observed_since',
+            field=models.DateTimeField(blank=True, null=True),
+        ),
     ]
