@@ -11,6 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import SimpleLazyObject
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext
 
@@ -21,6 +22,7 @@ from alerts.presenters.incident_detail import incident_detail
 from alerts.presenters.incident_list import incident_tables
 from alerts.queries import IncidentFilters, incident_exists, subscription_of
 from dashboard.htmx import render_page
+from leases.presenters.watchers import stale_sources
 
 ActionView = Callable[[HttpRequest, int], HttpResponse]
 
@@ -46,6 +48,8 @@ def incident_list(request: HttpRequest) -> HttpResponse:
             "form": form,
             "filters": filters,
             "tables": incident_tables(filters, timezone.now()),
+            # Above the incidents: a stale cluster's incidents neither open nor resolve.
+            "stale_sources": SimpleLazyObject(lambda: stale_sources(timezone.now())),
             "focus": _focus(request),
         },
     )

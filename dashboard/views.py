@@ -34,7 +34,7 @@ from dashboard.preferences import (
 from dashboard.presenters import firing_incidents, unhealthy_nodegroups
 from dashboard.services import can_change_clusters, worker_status
 from leases.presenters.overview import lease_problems, leases_overview
-from leases.presenters.watchers import cluster_statuses
+from leases.presenters.watchers import stale_sources
 from nks.presenters.overview import nks_overview
 
 
@@ -49,9 +49,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             "workers": workers,
             "any_worker_silent": any(queue["silent"] for queue in workers),
             # Lazy: a refresh of one region must not run the queries of the others.
-            "stale_sources": SimpleLazyObject(
-                lambda: [cluster for cluster in cluster_statuses(now) if cluster.problem]
-            ),
+            "stale_sources": SimpleLazyObject(lambda: stale_sources(now)),
             "firing": SimpleLazyObject(lambda: firing_incidents(now)),
             "problems": SimpleLazyObject(lambda: lease_problems(now)),
             "leases": SimpleLazyObject(lambda: leases_overview(now)),

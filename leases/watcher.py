@@ -388,12 +388,16 @@ class LeaseWatcher:
                 result = reader.resource.ingestor.flush()
             except DatabaseError as exc:
                 close_old_connections()
-                logger.warning(
-                    "cluster %s: could not write %s (%s); will retry",
-                    self.cluster_id,
-                    reader.resource.plural,
-                    exc,
-                )
+                # Once per outage, not twice a second: the batch stays and is written at the
+                # first flush the database takes.
+                if self._database_trouble_since is None:
+                    self._database_trouble_since = time.monotonic()
+                    logger.warning(
+                        "cluster %s: could not write %s (%s); will retry",
+                        self.cluster_id,
+                        reader.resource.plural,
+                        str(exc).strip().splitlines()[0][:200] if str(exc) else type(exc).__name__,
+                    )
                 continue
             except Exception as exc:
                 # The housekeeping thread must outlive a bug in one flush: it also renews

@@ -340,7 +340,7 @@ class FakeApiServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def restart(self, forbidden_seconds: float = 0.0) -> None:
+    def restart(self, forbidden_seconds: float = 0.0, *, keep_watch_history: bool = False) -> None:
         """Listen again on the same port after `kill()` (a running server is killed first).
 
         The objects are those of before and resourceVersions continue from where they were
@@ -350,6 +350,10 @@ class FakeApiServer:
         loaded; a wrong token still answers 401 (authentication works from the start).
         Faults of the old process (stall, stuck streams, pending cuts) are gone; those a
         test configured (forbid, slow_lists, gone_storm, queued failures) remain.
+
+        The new process's watch cache starts at the current revision, as a real one's does:
+        a watch resumed from an older resourceVersion answers 410 (the client lists again);
+        `keep_watch_history` keeps the old history instead.
         """
         if forbidden_seconds < 0:
             raise ValueError("forbidden_seconds must not be negative")
@@ -363,6 +367,8 @@ class FakeApiServer:
             self._forbidden_until = (
                 time.monotonic() + forbidden_seconds if forbidden_seconds > 0 else None
             )
+        if not keep_watch_history:
+            self.store.forget_watch_history()
         self._listen(self._bound_port)
         with self._lock:
             self._killed = False

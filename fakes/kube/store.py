@@ -276,6 +276,18 @@ class ObjectStore(NodeTraffic, NodeOperations, LeaseOperations):
             self._compacted_rv = self._resource_version
             return self._resource_version
 
+    def forget_watch_history(self) -> int:
+        """What a restarted kube-apiserver's watch cache knows: nothing before now. Its cache
+        starts from a list at the current revision, so a watch from an older
+        resourceVersion gets `410 Expired` ("too old resource version: 201 (253)", seen on a
+        real 1.24), while etcd keeps its history: continue tokens still work. Returns the
+        revision watches may start from."""
+        with self._lock:
+            self._first_event_index += len(self._events)
+            self._events.clear()
+            self._watchable_since_rv = self._resource_version
+            return self._resource_version
+
     def inject_watch_line(self, line: bytes) -> None:
         """Send raw bytes as one line to every open watch (garbage, unknown types, ...)."""
         if not line.endswith(b"\n"):

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils.translation import gettext
 
 from dashboard.links import lease_url
-from dashboard.timefmt import When, iso_js, relative_text, when
+from dashboard.timefmt import When, format_duration, iso_js, relative_text, when
 from leases.models import (
     KEPT_NODE_CONDITIONS,
     ConditionStatus,
@@ -51,6 +51,17 @@ def node_watch_problem(kube_cluster: KubeCluster, now: datetime) -> str:
         if kube_cluster.nodes_last_error:
             return gettext("The Node watch of %(name)s is %(state)s (%(error)s).") % values
         return gettext("The Node watch of %(name)s is %(state)s.") % values
+    if kube_cluster.nodes_stale(now):
+        # Watching, yet not proved current: the API server is frozen or the stream stuck.
+        return gettext(
+            "The Node data of %(name)s has not been confirmed by its API server for %(age)s: "
+            "it may be old."
+        ) % {
+            "name": kube_cluster.name,
+            "age": format_duration(
+                (now - kube_cluster.nodes_as_of).total_seconds() if kube_cluster.nodes_as_of else 0
+            ),
+        }
     return ""
 
 

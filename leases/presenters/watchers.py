@@ -268,6 +268,11 @@ def clusters_from_rows(rows: Iterable[Sequence[Any]]) -> list[KubeCluster]:
     return clusters
 
 
+def stale_sources(now: datetime) -> list[ClusterStatus]:
+    """The clusters whose data must not be taken as current now (disabled ones too)."""
+    return [cluster for cluster in cluster_statuses(now) if cluster.problem]
+
+
 def cluster_statuses(now: datetime) -> list[ClusterStatus]:
     with connection.cursor() as cursor:
         cursor.execute(watched_clusters_sql())

@@ -26,7 +26,9 @@ from django.utils import timezone
 
 from alerts import evaluation
 from alerts.models import Incident, Notification, Rule
+from dashboard.locks import ExpiringLock
 from fakes.kube import FakeApiServer, kubeconfig_document
+from leases.locks import watcher_lock
 from leases.models import KubeCluster, Lease, LeaseState, lease_state
 from leases.parse import parse_time
 from leases.services import register_kube_cluster
@@ -306,16 +308,27 @@ class Campaign:
     watcher: LeaseWatcher
     renewers: Renewers
     evaluator: Evaluator
+    lock: ExpiringLock | None
 
 
 @contextmanager
 def campaign(
-    server: FakeApiServer, leases: list[HeldLease] | None = None, **watcher: Any
+    server: FakeApiServer,
+    leases: list[HeldLease] | None = None,
+    *,
+    lock_owner: str | None = None,
+    **watcher: Any,
 ) -> Iterator[Campaign]:
     """Renewers, the watcher and the evaluation running against `server`, until the data is
-    current and equals the server's; all stopped afterwards, and no watcher thread left."""
+    current and equals the server's; all stopped afterwards, and no watcher thread left.
+    With `lock_owner`, the watcher holds its cluster's lock as a worker's does."""
     renewers = Renewers(server, leases if leases is not None else [*LEADERS, *NODES]).start()
     cluster = register(server)
+    lock = None
+    if lock_owner is not None:
+        lock = watcher_lock(cluster.pk, lock_owner)
+        assert lock.acquire()
+        watcher["lock"] = lock
     evaluator = Evaluator().start()
     try:
         with RunningWatcher(cluster, **watcher) as running:
@@ -325,7 +338,7 @@ def campaign(
                 "the data never became current",
             )
             eventually(lambda: database_matches_server(server, cluster), 10)
-            yield Campaign(server, cluster, running, renewers, evaluator)
+            yield Campaign(server, cluster, running, renewers, evaluator, lock)
     finally:
         evaluator.stop()
         renewers.stop()

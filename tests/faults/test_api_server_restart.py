@@ -86,3 +86,27 @@ def test_slow_lists_a_410_storm_and_a_stream_cut_mid_line_lose_nothing(
     figures.print()
     assert false_incidents() == []
     assert false_notifications() == []
+
+
+def test_a_403_that_persists_becomes_rbac_advice_after_three_tries_over_ten_seconds(
+    server: FakeApiServer,
+) -> None:
+    figures = Figures("a 403 that persists")
+    with campaign(server) as run:
+        cluster = run.cluster
+        server.forbid("nodes")
+        server.store.end_watches()  # the Node watch asks again, and is refused from now on
+        refused_at = time.monotonic()
+        eventually(lambda: "403" in row(cluster).nodes_last_error, 10)
+        first = row(cluster).nodes_last_error
+        # A passing refusal first: a restarting server does this, the watcher retries.
+        assert "grant" not in first and "starting" in first
+        eventually(
+            lambda: "grant get, list and watch on nodes" in row(cluster).nodes_last_error, 30
+        )
+        figures["advice after"] = time.monotonic() - refused_at
+        assert figures.values["advice after"] >= 10
+        # The leases, allowed all along, stayed current.
+        assert is_current(cluster)
+    figures.print()
+    assert false_incidents() == []

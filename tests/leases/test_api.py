@@ -299,6 +299,9 @@ def test_metrics_expose_watch_counters_lease_counts_and_leader_leases(client: Cl
         'lease_dashboard_watch_stale{cluster="staging"} 1.0',
         'lease_dashboard_watch_last_event_age_seconds{cluster="prod"} 1.0',
         'lease_dashboard_watch_last_event_age_seconds{cluster="staging"} 70.0',
+        # How old each resource's data is: now minus its as-of moment.
+        'lease_dashboard_watch_data_age_seconds{cluster="prod",resource="leases"} 1.0',
+        'lease_dashboard_watch_data_age_seconds{cluster="staging",resource="nodes"} 70.0',
         'lease_dashboard_leases{class="node_heartbeat",cluster="prod",state="held"} 1.0',
         'lease_dashboard_leases{class="node_heartbeat",cluster="prod",state="released"} 1.0',
         'lease_dashboard_leases{class="leader_election",cluster="prod",state="expired"} 1.0',

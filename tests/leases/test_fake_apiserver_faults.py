@@ -415,6 +415,35 @@ def test_kill_refuses_connections_and_cuts_streams_and_restart_serves_the_same_s
     stream.close()
 
 
+def test_a_restarted_server_answers_410_to_a_watch_from_before_its_restart_as_a_real_one(
+    fake_apiserver: FakeApiServer,
+) -> None:
+    # A real 1.24 restarted: "too old resource version: 201 (253)" for the node watch that
+    # resumed from before, while one from the current revision went on.
+    store = fake_apiserver.store
+    store.apply_lease("default", "a", spec())
+    old = store.resource_version
+    store.apply_lease("default", "a", spec("b"))
+    current = store.resource_version
+
+    fake_apiserver.restart()
+    gone = RawClient(fake_apiserver, watch_path(LEASES_PATH, old))
+    gone.wait_until(lambda: gone.ended_cleanly)
+    resumed = RawClient(fake_apiserver, watch_path(LEASES_PATH, current))
+    assert fake_apiserver.wait_for_watches(1)
+    store.apply_lease("default", "a", spec("c"))
+    resumed.wait_until(lambda: bool(resumed.events))
+    status, listed = request(fake_apiserver, LEASES_PATH)
+
+    (error,) = gone.events
+    assert error["type"] == "ERROR" and error["object"]["code"] == 410
+    assert error["object"]["message"] == f"too old resource version: {old} ({current})"
+    assert [event["type"] for event in resumed.events] == ["MODIFIED"]
+    assert status == 200 and [item["metadata"]["name"] for item in listed["items"]] == ["a"]
+    gone.close()
+    resumed.close()
+
+
 def _forbidden(message: str, plural: str, group: str, name: str | None = None) -> dict[str, Any]:
     details: dict[str, Any] = {"name": name} if name else {}
     if group:

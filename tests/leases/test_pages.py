@@ -288,6 +288,19 @@ def test_stale_watcher_banner_says_how_old_the_data_is_and_why(engineer_client: 
     assert 'watcher is not live: the row is as last seen">stale</span>' in table
 
 
+def test_the_stale_banner_comes_before_what_is_firing_on_the_overview_and_the_alerts_list(
+    engineer_client: Client,
+) -> None:
+    make_cluster("prod", fresh=False)
+    banner = "Data from cluster prod is 70 s old"
+    overview = page(engineer_client, "/")
+    assert overview.index(banner) < overview.index('id="firing"')
+    alerts = page(engineer_client, "/alerts/")
+    assert alerts.index(banner) < alerts.index('id="incidents"')
+    region = page(engineer_client, "/alerts/", HTTP_HX_TARGET="stale-data", **HTMX)
+    assert banner in region and 'id="incidents"' not in region
+
+
 def test_connected_watcher_that_stopped_writing_is_stale_too(engineer_client: Client) -> None:
     make_cluster("prod", connected=True, last_flush_at=NOW - timedelta(seconds=45))
 
