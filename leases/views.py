@@ -64,5 +64,8 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     return render_page(
         request,
         "leases/clusters.html",
-        {"clusters": cluster_statuses(timezone.now())},
+        {
+            "clusters": cluster_statuses(timezone.now()),
+            "stale_seconds": settings.WATCH_STALE_SECONDS,
+        },
     )
