@@ -47,6 +47,7 @@ TARGETS = {
     "source_stale after": 30.0,
     "current after resume": 5.0,
     "current after ready": 5.0,
+    "stuck stream reconnected after": 15.0,
 }
 
 
