@@ -15,9 +15,6 @@ from django.utils.translation import gettext_lazy as _
 from dashboard.encryption import EncryptedTextField
 from leases.freshness import is_current
 
-# A watcher that has not flushed for this long is stale: its data must not pass as current.
-WATCHER_STALE_AFTER = timedelta(seconds=30)
-
 
 class ResourceWatchState(models.TextChoices):
     """Where the watch of one resource (Nodes) of one cluster stands, in words."""

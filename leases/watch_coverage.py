@@ -5,10 +5,13 @@ opens when the Lease watch (re)connects and its `last_seen_at` moves forward at 
 flush while the watch is live. A killed worker's row simply stops growing; a clean stop
 ends it at the stop.
 
-A drop shorter than WATCHER_STALE_AFTER (the API server ends every watch after a few
-minutes; a resumed watch replays what happened meanwhile) continues the same row; after a
-longer outage a new row starts, and the time between stays unobserved. A new watcher
-always starts a new row.
+The row follows the data's as-of moment (leases.freshness), not the clock: a frozen API
+server keeps the watch open, yet nothing is observed. A gap between two proofs longer than
+WATCH_STALE_SECONDS (an outage, a restart, a stall; on a real kube-apiserver even a 9 s
+restart was relisted, not replayed) ends the row at the last proof, and a new one starts
+at the next: the time between stays unobserved. A short drop (the API server ends every
+watch after a few minutes; a resumed watch replays what happened meanwhile) continues the
+same row. A new watcher always starts a new row.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
-from leases.models import WATCHER_STALE_AFTER, WatchCoverage
+from leases.freshness import stale_after
+from leases.models import WatchCoverage
 
 
 class Coverage:
@@ -50,7 +54,7 @@ class Coverage:
         now = timezone.now()
         with self._lock:
             last_seen = self._last_seen
-            if self._row_id is None or last_seen is None or now - last_seen > WATCHER_STALE_AFTER:
+            if self._row_id is None or last_seen is None or now - last_seen > stale_after():
                 row = WatchCoverage.objects.create(
                     cluster_id=self.cluster_id, started_at=now, last_seen_at=now
                 )
@@ -82,6 +86,18 @@ class Coverage:
         now = timezone.now() if as_of is None else as_of
         if self._last_seen is not None and now <= self._last_seen:
             return  # nothing newer is known: the row already reaches that far
+        if self._last_seen is not None and now - self._last_seen > stale_after():
+            # Proved again after a gap: the row ends at its last proof, and this stretch
+            # starts here (the time between was not observed).
+            try:
+                row = WatchCoverage.objects.create(
+                    cluster_id=self.cluster_id, started_at=now, last_seen_at=now
+                )
+            except DatabaseError:
+                close_old_connections()
+                return
+            self._row_id, self._last_seen = row.pk, now
+            return
         try:
             with connection.cursor() as cursor:
                 cursor.execute(_statement(), [_db_time(now), self._row_id])

@@ -11,6 +11,7 @@ nothing else ever opened.
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 import orjson
@@ -20,7 +21,7 @@ from django.utils import timezone
 
 from alerts.models import Incident, IncidentState, Rule
 from fakes.kube import FakeApiServer
-from leases.models import LeaseState
+from leases.models import LeaseState, WatchCoverage
 from tests.faults.harness import (
     Figures,
     campaign,
@@ -62,6 +63,7 @@ def test_a_stalled_api_server_is_stale_within_15_s_and_raises_source_stale_not_l
     with campaign(server) as run:
         cluster = run.cluster
         started = time.monotonic()
+        stalled_at = timezone.now()
         server.stall()
         figures["stale after"] = eventually(lambda: row(cluster).is_stale(), 15)
 
@@ -95,6 +97,15 @@ def test_a_stalled_api_server_is_stale_within_15_s_and_raises_source_stale_not_l
         # (every holder renewed) is all a rule may judge.
         time.sleep(10)
         assert {lease["state"] for lease in api_leases(api)} == {"held"}
+        # The frozen minute is unobserved time: the watched stretch ended at the last proof
+        # before it and a new one began after it (availability leaves the gap out).
+        (_, first_end), (second_start, _) = (
+            WatchCoverage.objects.filter(cluster=cluster)
+            .order_by("started_at")
+            .values_list("started_at", "last_seen_at")
+        )
+        assert first_end <= stalled_at + timedelta(seconds=2)
+        assert second_start >= resumed_at - timedelta(seconds=3)
     figures.print()
     assert false_incidents() == []
     assert false_notifications() == []

@@ -12,7 +12,8 @@ import time_machine
 from django.utils import timezone
 
 from fakes.kube import FakeApiServer
-from leases.models import WATCHER_STALE_AFTER, KubeCluster, WatchCoverage
+from leases.freshness import stale_after
+from leases.models import KubeCluster, WatchCoverage
 from tests.leases.test_watcher import RunningWatcher, eventually, leader_spec, register
 from tests.leases.test_watcher_signals import start_command
 
@@ -77,13 +78,13 @@ def test_an_outage_longer_than_the_staleness_limit_starts_a_new_row(
         ((_, stopped_at),) = rows(cluster)
         time.sleep(0.3)
         assert rows(cluster)[0][1] == stopped_at, "a failed watch must not read as covered"
-        clock.shift(WATCHER_STALE_AFTER + timedelta(seconds=5))
+        clock.shift(stale_after() + timedelta(seconds=5))
         apiserver.set_auth_failure(None)
         eventually(lambda: growing(cluster, count=2))
         (_, first_end), (second_start, _) = rows(cluster)
     assert first_end == stopped_at
     # The outage stays outside both rows: unobserved.
-    assert second_start - first_end > WATCHER_STALE_AFTER
+    assert second_start - first_end > stale_after()
 
 
 def test_a_killed_worker_leaves_a_row_that_stops_growing_and_the_next_opens_its_own(
