@@ -9,6 +9,7 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
+from alerts import evaluation
 from alerts.models import Hold, Incident, IncidentState, Rule
 from leases.models import KubeCluster, LeaderGroup, Lease, LeaseTransition
 from tests.alerts.conftest import Clock, evaluate
@@ -60,6 +61,32 @@ def test_unstaffed_opens_one_lease_duration_after_the_last_slot_expired(clock: C
     incident.refresh_from_db()
     assert incident.state == IncidentState.RESOLVED
     assert incident.resolution == "1 of ≥ 2 slots (highest slot seen) held again"
+
+
+def test_a_slot_whose_expiry_the_data_does_not_vouch_for_leaves_the_group_unjudged(
+    clock: Clock,
+) -> None:
+    cluster = make_cluster()
+    make_slot(cluster, "orders", 0, renewed_ago=7, duration=15)  # expires NOW + 8 s
+    make_slot(cluster, "orders", 1, renewed_ago=2, duration=15)  # NOW + 13 s
+    clock.advance(28)
+    # The data is current (2 s old) but known only up to NOW + 12 s: slot 1's renewal may be
+    # on its way, so the group is not known unstaffed.
+    KubeCluster.objects.filter(pk=cluster.pk).update(
+        connected=True, leases_as_of=NOW + timedelta(seconds=12), last_flush_at=timezone.now()
+    )
+    evaluation.run_evaluation(dispatch=False)
+    assert not Incident.objects.filter(rule=Rule.LEADER_GROUP_UNSTAFFED).exists()
+    # Observed again after a stall that ended at NOW + 20 s: its holders get one lease
+    # duration to renew before the group is judged.
+    KubeCluster.objects.filter(pk=cluster.pk).update(
+        leases_as_of=timezone.now(), leases_observed_since=NOW + timedelta(seconds=20)
+    )
+    evaluation.run_evaluation(dispatch=False)
+    assert not Incident.objects.filter(rule=Rule.LEADER_GROUP_UNSTAFFED).exists()
+    clock.advance(8)  # NOW + 36 s: a lease duration (15 s) after observation resumed
+    evaluate(cluster)
+    assert only(Rule.LEADER_GROUP_UNSTAFFED).state == IncidentState.FIRING
 
 
 def test_a_group_with_one_slot_held_is_not_unstaffed(clock: Clock) -> None:
