@@ -101,6 +101,8 @@ def node_lines(
     }
     prefix = reverse("leases:index")
     lines = []
+    # Stale Node data says nothing of a node's Ready now (its watch problem says why).
+    stale = kube_cluster.nodes_stale(now)
     for node in rows:
         ready = (node.conditions or {}).get("Ready") or {}
         lease = leases.get(node.name)
@@ -110,7 +112,7 @@ def node_lines(
                 url=node_url(kube_cluster.name, node.name),
                 nodegroup=node.nodegroup_label,
                 ready=ConditionStatus(node.ready)
-                if node.ready in ConditionStatus.values
+                if node.ready in ConditionStatus.values and not stale
                 else ConditionStatus.UNKNOWN,
                 ready_reason=str(ready.get("reason") or ""),
                 ready_message=str(ready.get("message") or ""),

@@ -154,6 +154,10 @@ def _ready(node: Node, data: dict[str, object] | None, now: datetime) -> Conditi
     row = _condition("Ready", data, now)
     row.status = _status(node.ready)
     row.since = when(node.ready_since, now) or row.since
+    if node.cluster.nodes_stale(now):
+        # Not known now (the banner says since when): the last known status stays in words.
+        row.reason = gettext("last known: %(status)s") % {"status": row.status.label}
+        row.status = ConditionStatus.UNKNOWN
     return row
 
 

@@ -150,6 +150,20 @@ def test_a_node_watch_that_is_not_watching_is_said_in_words(
     assert "The Node watch of prod is forbidden (RBAC) (nodes is forbidden" in text
 
 
+def test_ready_from_node_data_the_server_no_longer_confirms_is_unknown_with_the_last_known(
+    prod: tuple[NksCluster, Node], viewer: Client, frozen: Any
+) -> None:
+    from leases.models import KubeCluster
+
+    frozen.shift(timedelta(seconds=40))
+    # The Lease data is current; the Node data was last proved at NOW (its stream stuck).
+    KubeCluster.objects.update(leases_as_of=NOW + timedelta(seconds=40), nodes_as_of=NOW)
+    text = html.unescape(viewer.get(node_url("prod", "prod-pool-a-1")).content.decode())
+    assert "The Node data of prod has not been confirmed by its API server for 40 s" in text
+    assert "Ready unknown" in text and "last known: True" in text
+    assert "NotReady" not in text
+
+
 def test_a_node_without_the_label_says_its_nodegroup_is_unknown(
     prod: tuple[NksCluster, Node], viewer: Client
 ) -> None:
