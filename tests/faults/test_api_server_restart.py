@@ -38,9 +38,14 @@ def test_a_restart_with_a_403_window_is_retried_at_once_without_rbac_advice(
     figures = Figures("kill, 5 s down, restart with 1 s of 403")
     with campaign(server) as run:
         cluster = run.cluster
+        killed = time.monotonic()
         server.kill()
         figures["stale after"] = eventually(lambda: row(cluster).is_stale(), 15)
-        time.sleep(max(0.0, 5 - figures.values["stale after"]))
+        # While the server is down its data only ages (held while younger than
+        # WATCH_STALE_SECONDS, then unknown): never expired, since no holder can renew.
+        while time.monotonic() - killed < 5:
+            assert LeaseState.EXPIRED not in states_now(cluster)
+            time.sleep(0.5)
         server.restart(forbidden_seconds=1.0)
         ready_at = time.monotonic() + 1.0
         ready_moment = timezone.now()
@@ -55,7 +60,9 @@ def test_a_restart_with_a_403_window_is_retried_at_once_without_rbac_advice(
         current = row(cluster)
         # What the 403s said on the way: a restarting server, never "grant …".
         assert "grant" not in current.last_error and "grant" not in current.nodes_last_error
-        assert LeaseState.EXPIRED not in states_now(cluster)
+        # Expired now may be true (no holder could renew while the server was down), but
+        # the holders renew again and no alert was raised about the time they could not.
+        eventually(lambda: states_now(cluster) == {LeaseState.HELD}, 10)
     figures.print()
     assert false_incidents() == []
     assert false_notifications() == []

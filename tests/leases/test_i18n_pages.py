@@ -189,7 +189,7 @@ def test_watchers_page_is_korean_and_a_quiet_watcher_says_so_in_korean(
 
     text = korean(engineer_client, "/leases/clusters/")
 
-    for words in ("Lease 감시자", "마지막 오류", "재연결", "재조회", "감시자가 30초 동안"):
+    for words in ("Lease 감시자", "마지막 오류", "재연결", "재조회", "10초 동안 확인해 주지 않은"):
         assert words in text, words
     # The banner is one Korean sentence around the cluster's name and its error text.
     assert "클러스터 staging의 데이터가" in text
