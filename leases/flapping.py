@@ -8,7 +8,10 @@ the page's count and filter and the rule's incidents agree.
 
 Only changes the watcher saw count, one per transition row: `missed` changes happened at
 unknown times while nobody watched, possibly days apart, so they say nothing about the
-window.
+window. A release (the holder gives the lease up: "") is no change of its own: a graceful
+handover is a release and an acquisition, one change. Counted as two, a rolling restart of
+a two-replica controller was "flapping" against a real kube-apiserver: the acquisitions are
+what count.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def change_counts(now: datetime, policy: FlapPolicy | None = None) -> Any:
     window = (policy or flap_policy()).window
     return (
         LeaseTransition.objects.filter(observed_at__gt=now - window)
+        .exclude(to_holder="")
         .values("lease_id")
         .annotate(changes=Count("id"), first=Min("observed_at"), last=Max("observed_at"))
         .order_by()
@@ -55,7 +59,7 @@ def recent_changes_sql(
     # Names and a placeholder only: the time is a parameter.
     return (
         f"SELECT COUNT(*) FROM {table} WHERE {table}.lease_id = {lease_id} "  # noqa: S608
-        f"AND {table}.observed_at > %s",
+        f"AND {table}.observed_at > %s AND {table}.to_holder <> ''",
         [connection.ops.adapt_datetimefield_value(now - window)],
     )
 
@@ -71,7 +75,7 @@ def flapping_ids_sql(now: datetime, policy: FlapPolicy) -> tuple[str, list[Any]]
     # Names and placeholders only: the time and the threshold are parameters.
     return (
         f"SELECT {table}.lease_id FROM {table} WHERE {table}.observed_at > %s "  # noqa: S608
-        f"GROUP BY {table}.lease_id HAVING COUNT(*) >= %s",
+        f"AND {table}.to_holder <> '' GROUP BY {table}.lease_id HAVING COUNT(*) >= %s",
         [connection.ops.adapt_datetimefield_value(now - policy.window), policy.changes],
     )
 

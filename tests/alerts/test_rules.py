@@ -614,3 +614,19 @@ def test_a_cluster_whose_refresh_keeps_failing_opens_source_stale_of_its_own(
     evaluate()
     stale.refresh_from_db()
     assert stale.state == IncidentState.RESOLVED
+
+
+def test_a_graceful_handover_is_one_change_not_two_for_flapping(clock: Clock) -> None:
+    """Seen against a real kube-apiserver: a failover then one release-and-takeover (client-go's
+    ReleaseOnCancel) opened lease_flapping, the release counting as a change of its own. A
+    rolling restart of a two-replica controller would page on-call every time."""
+    cluster = make_cluster("prod")
+    lease = make_lease(cluster, "my-operator-leader", namespace="ops", holder="a")
+    change_holder(lease, "b")  # a failover
+    change_holder(lease, "")  # b releases it
+    change_holder(lease, "c")  # c takes over at once
+    evaluate(cluster)
+    assert not Incident.objects.filter(rule=Rule.LEASE_FLAPPING).exists()
+    change_holder(lease, "a")  # the third holder change within the window
+    evaluate(cluster)
+    assert only(Rule.LEASE_FLAPPING).state == IncidentState.FIRING
