@@ -32,7 +32,13 @@ from leases.locks import watcher_lock
 from leases.models import KubeCluster, Lease, LeaseState, lease_state
 from leases.parse import parse_time
 from leases.services import register_kube_cluster
-from leases.watcher import Backoff, LeaseWatcher
+from leases.watcher import (
+    CANDIDATES_INTERVAL_SECONDS,
+    FLUSH_INTERVAL_SECONDS,
+    Backoff,
+    LeaseWatcher,
+)
+from tests.leases.test_watcher import RunningWatcher
 
 TOKEN = "fault-campaign-token-7c1e"
 
@@ -179,29 +185,13 @@ def register(server: FakeApiServer, name: str = "prod") -> KubeCluster:
     return cluster
 
 
-class RunningWatcher:
-    """The cluster's watcher in a thread, with the product's own timings."""
-
-    def __init__(self, cluster: KubeCluster, **options: Any) -> None:
-        self.stop = threading.Event()
-        options.setdefault("backoff", Backoff())
-        self.watcher = LeaseWatcher(cluster.id, owner="fault-watcher", stop=self.stop, **options)
-        self.thread = threading.Thread(target=self._run, name="watcher", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self.watcher.run()
-        finally:
-            connection.close()
-
-    def __enter__(self) -> LeaseWatcher:
-        self.thread.start()
-        return self.watcher
-
-    def __exit__(self, *exc: object) -> None:
-        self.watcher._request_stop()
-        self.thread.join(timeout=30)
-        assert not self.thread.is_alive(), "the watcher did not stop"
+def running_watcher(cluster: KubeCluster, **options: Any) -> RunningWatcher:
+    """The cluster's watcher in a thread (the watcher tests' runner), with the product's own
+    timings rather than those tests' faster ones."""
+    options.setdefault("backoff", Backoff())
+    options.setdefault("flush_interval", FLUSH_INTERVAL_SECONDS)
+    options.setdefault("candidates_interval", CANDIDATES_INTERVAL_SECONDS)
+    return RunningWatcher(cluster, **options)
 
 
 def row(cluster: KubeCluster) -> KubeCluster:
@@ -331,7 +321,7 @@ def campaign(
         watcher["lock"] = lock
     evaluator = Evaluator().start()
     try:
-        with RunningWatcher(cluster, **watcher) as running:
+        with running_watcher(cluster, **watcher) as running:
             eventually(
                 lambda: is_current(cluster) and not row(cluster).nodes_stale(),
                 15,
