@@ -158,10 +158,11 @@ def leader_group_unstaffed(ctx: RuleContext) -> RuleOutcome:
         _group_key(Rule.LEADER_GROUP_UNSTAFFED, group): group
         for group in leader_groups(ctx.now, enabled_only=True)
     }
+    observed = _observed_since()
     for key, group in groups.items():
         if group.cluster in ctx.stale_kube_clusters or group.held:
             continue
-        if not group.known or _settling(group, now=ctx.now):
+        if not group.known or _settling(group, observed, now=ctx.now):
             outcome.freeze(key)  # a slot whose state is not known may be held: no verdict
             continue
         outcome.add(
@@ -180,15 +181,16 @@ def leader_group_unstaffed(ctx: RuleContext) -> RuleOutcome:
     return outcome
 
 
-def _settling(group: GroupState, *, now: datetime) -> bool:
+def _observed_since() -> dict[int, datetime | None]:
+    """Each cluster's start of its observed stretch: one query for all the groups."""
+    return dict(KubeCluster.objects.values_list("id", "leases_observed_since"))
+
+
+def _settling(group: GroupState, observed: dict[int, datetime | None], *, now: datetime) -> bool:
     """The group's cluster came back from unobserved time (a stall, an outage, a new
     watcher) less than a lease duration ago: its holders may not have renewed yet, so an
     expired slot says nothing of them (alerts.lease_rules.vouched)."""
-    since = (
-        KubeCluster.objects.filter(pk=group.cluster_id)
-        .values_list("leases_observed_since", flat=True)
-        .first()
-    )
+    since = observed.get(group.cluster_id)
     if since is None:
         return False
     longest = max((lease.lease_duration_seconds or 0 for lease in group.leases), default=0)
@@ -226,12 +228,13 @@ def leader_group_degraded(ctx: RuleContext) -> RuleOutcome:
         _group_key(Rule.LEADER_GROUP_DEGRADED, group): group
         for group in leader_groups(ctx.now, enabled_only=True)
     }
+    observed = _observed_since()
     for key, group in groups.items():
         if group.cluster in ctx.stale_kube_clusters or group.expected is None:
             continue
         if not 0 < group.held < group.expected:
             continue
-        if not group.known or _settling(group, now=ctx.now):
+        if not group.known or _settling(group, observed, now=ctx.now):
             outcome.freeze(key)
             continue
         outcome.add(

@@ -16,8 +16,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from dashboard.metrics import DatabaseCollector
 from leases.availability import ELECTION_CLASSES, WINDOWS, availability_for_leases
+from leases.lease_states import held_count, state_counts
 from leases.models import KubeCluster, Lease, LeaseClass, LeaseState, ResourceWatchState
-from leases.queries import held_count, state_counts
 
 PREFIX = "lease_dashboard"
 # Per-lease series only for classes with a handful of leases per cluster: node heartbeats

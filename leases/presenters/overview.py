@@ -18,6 +18,7 @@ from leases.availability import ELECTION_CLASSES, availability_for_leases, recen
 from leases.flapping import most_flapping
 from leases.groups import GroupStatus, leader_groups
 from leases.leader_k8s import is_token
+from leases.lease_states import expired_condition
 from leases.models import (
     Lease,
     LeaseClass,
@@ -33,11 +34,7 @@ from leases.presenters.display import (
 )
 from leases.presenters.groups import group_url, size_text
 from leases.presenters.watchers import ClusterStatus, cluster_statuses
-from leases.queries import (
-    EXPIRING_SOON,
-    expired_condition,
-    state_counts_by_cluster,
-)
+from leases.queries import EXPIRING_SOON, state_counts_by_cluster
 
 OVERVIEW_LIST_LIMIT = 10
 OVERVIEW_FLAPPING_LIMIT = 50

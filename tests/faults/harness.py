@@ -30,7 +30,6 @@ from dashboard.locks import ExpiringLock
 from fakes.kube import FakeApiServer, kubeconfig_document
 from leases.locks import watcher_lock
 from leases.models import KubeCluster, Lease, LeaseState, lease_state
-from leases.parse import parse_time
 from leases.services import register_kube_cluster
 from leases.watcher import (
     CANDIDATES_INTERVAL_SECONDS,
@@ -38,7 +37,7 @@ from leases.watcher import (
     Backoff,
     LeaseWatcher,
 )
-from tests.leases.test_watcher import RunningWatcher
+from tests.leases.test_watcher import RunningWatcher, database_matches_server
 
 TOKEN = "fault-campaign-token-7c1e"
 
@@ -204,25 +203,6 @@ def is_current(cluster: KubeCluster, since: datetime | None = None) -> bool:
     if current.is_stale() or current.leases_as_of is None:
         return False
     return since is None or current.leases_as_of >= since
-
-
-def database_matches_server(server: FakeApiServer, cluster: KubeCluster) -> bool:
-    """Every lease on the server is in the database as the server has it, and no other."""
-    on_server = {
-        (obj["metadata"]["namespace"], obj["metadata"]["name"]): obj
-        for obj in server.store.list_leases()
-    }
-    stored = {
-        (lease.namespace, lease.name): lease
-        for lease in Lease.objects.filter(cluster=cluster).live()
-    }
-    assert set(stored) == set(on_server)
-    for key, obj in on_server.items():
-        spec = obj.get("spec", {})
-        assert stored[key].holder == spec.get("holderIdentity", ""), key
-        assert stored[key].renew_time == parse_time(spec.get("renewTime")), key
-        assert stored[key].resource_version == obj["metadata"]["resourceVersion"], key
-    return True
 
 
 def states_now(cluster: KubeCluster) -> set[LeaseState]:
