@@ -56,7 +56,9 @@ def test_release_lets_another_owner_take_it(lock_backend: str) -> None:
 
 def test_an_owner_that_stops_renewing_loses_the_lock_after_the_ttl(lock_backend: str) -> None:
     dead = ExpiringLock("cluster-3", owner="worker-dead", ttl=1)
-    successor = ExpiringLock("cluster-3", owner="worker-b", ttl=1)
+    # Long enough to outlive the checks below: the database cache keeps whole seconds, so a
+    # 1 s TTL could expire before current_owner() reads it on a busy machine.
+    successor = ExpiringLock("cluster-3", owner="worker-b", ttl=10)
     assert dead.acquire()
     time.sleep(2.1)  # the database cache keeps whole seconds
     assert successor.acquire()
