@@ -46,10 +46,12 @@ def claim_seconds(recipients: int) -> float:
     """How long a claim lasts: longer than any SMTP session of a live sender can take.
 
     Every blocking step of smtplib (connect, EHLO, STARTTLS, AUTH, MAIL, each RCPT, DATA,
-    QUIT) is bounded by EMAIL_TIMEOUT, so a sender that is alive has finished, one way or
-    the other, before its claim runs out.
+    QUIT) is bounded by EMAIL_TIMEOUT, and the whole session by EMAIL_DEADLINE_SECONDS
+    (alerts/smtp.py), so a sender that is alive has finished, one way or the other, before
+    its claim runs out.
     """
-    return settings.EMAIL_TIMEOUT * (8 + recipients) + 30
+    per_step = settings.EMAIL_TIMEOUT * (8 + recipients)
+    return min(per_step, settings.EMAIL_DEADLINE_SECONDS) + 30
 
 
 def channel_claim_seconds() -> float:

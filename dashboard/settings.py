@@ -347,6 +347,10 @@ except Exception as exc:  # dj-email-url raises bare exceptions on odd URLs
 if _email_url.startswith("memory"):
     _email["EMAIL_BACKEND"] = "django.core.mail.backends.locmem.EmailBackend"
 EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+if EMAIL_BACKEND == "django.core.mail.backends.smtp.EmailBackend":
+    # The same SMTP client with a deadline on the whole session (alerts/smtp.py): a server
+    # that trickles its answers must not hold the alerts worker longer than that.
+    EMAIL_BACKEND = "alerts.smtp.DeadlineEmailBackend"
 EMAIL_HOST = _email.get("EMAIL_HOST") or "localhost"
 EMAIL_PORT = _email.get("EMAIL_PORT") or 25
 EMAIL_HOST_USER = _email.get("EMAIL_HOST_USER") or ""
@@ -354,6 +358,7 @@ EMAIL_HOST_PASSWORD = _email.get("EMAIL_HOST_PASSWORD") or ""
 EMAIL_USE_TLS = bool(_email.get("EMAIL_USE_TLS"))
 EMAIL_USE_SSL = bool(_email.get("EMAIL_USE_SSL"))
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+EMAIL_DEADLINE_SECONDS = env_int("EMAIL_DEADLINE_SECONDS", 60, minimum=1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Lease dashboard <lease-dashboard@localhost>")
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
 

@@ -183,7 +183,7 @@ class SmtpServer:
 def smtp_server(settings: Any) -> Iterator[SmtpServer]:
     server = SmtpServer()
     server.start()
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_BACKEND = "alerts.smtp.DeadlineEmailBackend"
     settings.EMAIL_HOST = "127.0.0.1"
     settings.EMAIL_PORT = server.port
     settings.EMAIL_TIMEOUT = 5
