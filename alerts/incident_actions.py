@@ -2,16 +2,23 @@
 
 Each action is one transaction that changes the row with a conditional update (so two
 people clicking at once act once) and leaves a timeline entry saying who did it.
+
+Anyone signed in may acknowledge. Silencing mutes a key's mail and chat, also for incidents
+that open later, so it is an operator's: a viewer may silence an open incident for at most
+ALERT_VIEWER_SILENCE_MAX_HOURS (0: not at all), and only an operator silences a resolved
+incident's key (a viewer could otherwise mute the next occurrence before anyone sees it).
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext, gettext_noop
 
 from alerts.events import clip, incident_event
 from alerts.models import (
@@ -22,10 +29,45 @@ from alerts.models import (
     Severity,
     Silence,
 )
-from dashboard.timefmt import mail_moment_text
+from dashboard.services import can_change_clusters
+from dashboard.timefmt import format_duration, mail_moment_text
 
 # Two identical silence requests this close together are one click sent twice.
 DOUBLE_SUBMIT_WINDOW = timedelta(seconds=30)
+SILENCE_MIN = timedelta(minutes=5)
+SILENCE_MAX = timedelta(days=30)
+
+
+class SilenceRefused(PermissionDenied):
+    """This person may not set this silence; the message says why, in words."""
+
+
+def silence_allowance(user: AbstractBaseUser) -> timedelta:
+    """The longest silence `user` may set: an operator's is SILENCE_MAX; a viewer's is
+    ALERT_VIEWER_SILENCE_MAX_HOURS (zero: a viewer may not silence)."""
+    if can_change_clusters(user):
+        return SILENCE_MAX
+    return min(timedelta(hours=settings.ALERT_VIEWER_SILENCE_MAX_HOURS), SILENCE_MAX)
+
+
+def silence_refusal(user: AbstractBaseUser, duration: timedelta, *, resolved: bool) -> str | None:
+    """Why `user` may not silence for `duration` (a resolved incident's key if `resolved`),
+    in words; None when they may. The form and the action ask the same question."""
+    if can_change_clusters(user):
+        return None
+    allowance = silence_allowance(user)
+    if allowance <= timedelta(0):
+        return gettext("Only operators can silence incidents.")
+    if resolved:
+        return gettext(
+            "Only operators can silence a resolved incident: the silence would also mute "
+            "the next incident of the same kind and object."
+        )
+    if duration > allowance:
+        return gettext("Without operator rights a silence lasts at most %(limit)s.") % {
+            "limit": format_duration(allowance.total_seconds())
+        }
+    return None
 
 
 @transaction.atomic
@@ -77,10 +119,14 @@ def silence_incident(
     """No mail for the incident's key until now + duration, including future incidents.
 
     A new silence replaces the key's active one (ends it now), so the page always shows one.
+    Raises SilenceRefused when `user` may not set it (see `silence_refusal`).
     """
     now = timezone.now()
     # The row lock orders two silences of one incident, so the check below sees the other's.
     incident = Incident.objects.select_for_update().get(pk=incident_id)
+    refusal = silence_refusal(user, duration, resolved=incident.state == IncidentState.RESOLVED)
+    if refusal is not None:
+        raise SilenceRefused(refusal)
     repeat = (
         Silence.objects.active(now)
         .filter(

@@ -131,14 +131,18 @@ def unacknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
 
 @_action
 def silence(request: HttpRequest, incident_id: int) -> HttpResponse:
-    form = SilenceForm(request.POST)
+    form = SilenceForm(request.POST, user=request.user)
     if not form.is_valid():
         errors = form.errors.get("duration") or [gettext("Choose how long to silence it for.")]
         _tell(request, messages.ERROR, " ".join(str(error) for error in errors))
         return _back(request, incident_id)
-    ends = incident_actions.silence_incident(
-        incident_id, request.user, form.duration_delta(), form.cleaned_data["reason"]
-    ).ends_at
+    try:
+        ends = incident_actions.silence_incident(
+            incident_id, request.user, form.duration_delta(), form.cleaned_data["reason"]
+        ).ends_at
+    except incident_actions.SilenceRefused as refused:
+        _tell(request, messages.ERROR, str(refused))
+        return _back(request, incident_id)
     _tell(
         request,
         messages.SUCCESS,

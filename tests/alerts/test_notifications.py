@@ -379,7 +379,7 @@ def test_ending_a_silence_early_lets_mail_through_again(
 ) -> None:
     erin = django_user_model.objects.create_user("erin")
     incident = make_incident()
-    incident_actions.silence_incident(incident.pk, erin, timedelta(days=1))
+    incident_actions.silence_incident(incident.pk, erin, timedelta(hours=4))
     notifications.plan_notifications(timezone.now(), dispatch=False)
     assert mailoutbox == []
     assert incident_actions.end_silence(incident.pk, erin)
