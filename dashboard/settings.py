@@ -205,7 +205,10 @@ TEMPLATES = [
         "OPTIONS": {
             "environment": "dashboard.jinja2.environment",
             # Jinja2 has no {% load %}: the Django template filters its templates use, by name.
-            "filters": {"lease_state_pill": "leases.templatetags.lease_css.lease_state_pill"},
+            "filters": {
+                "lease_state_pill": "leases.templatetags.lease_css.lease_state_pill",
+                "visible": "dashboard.hostile_input.visible_text",
+            },
         },
     },
 ]
