@@ -11,16 +11,23 @@ incident's key (a viewer could otherwise mute the next occurrence before anyone 
 
 from __future__ import annotations
 
+import logging
+import smtplib
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core import signing
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import models, transaction
+from django.db.models import Q
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
 
 from alerts.events import clip, incident_event
+from alerts.mail import confirmation_message
 from alerts.models import (
     AlertSubscription,
     Incident,
@@ -31,6 +38,8 @@ from alerts.models import (
 )
 from dashboard.services import can_change_clusters
 from dashboard.timefmt import format_duration, mail_moment_text
+
+logger = logging.getLogger(__name__)
 
 # Two identical silence requests this close together are one click sent twice.
 DOUBLE_SUBMIT_WINDOW = timedelta(seconds=30)
@@ -183,12 +192,42 @@ def end_silence(incident_id: int, user: AbstractBaseUser) -> bool:
 
 # --- Subscriptions ---------------------------------------------------------------------------
 
+# A confirmation link proves its reader reads the address; it names the account and the
+# address, is signed with SECRET_KEY (this salt) and is good for this long.
+CONFIRM_SALT = "alerts.subscription.confirm"
+CONFIRM_MAX_AGE = timedelta(days=2)
+CONFIRM_RESEND_AFTER = timedelta(minutes=1)
+
+
+class Confirmation(models.TextChoices):
+    """What became of a subscription's confirmation (a link sent, or one followed)."""
+
+    NOT_NEEDED = "not_needed", "confirmed already, or mail is off"
+    SENT = "sent", "a link was sent"
+    RECENTLY_SENT = "recently_sent", "a link was sent less than a minute ago"
+    SEND_FAILED = "send_failed", "the link could not be sent"
+    CONFIRMED = "confirmed", "confirmed"
+    INVALID = "invalid", "not a link we sent"
+    EXPIRED = "expired", "the link has expired"
+    OTHER_ACCOUNT = "other_account", "the link is another account's"
+    ADDRESS_CHANGED = "address_changed", "the account's address changed since"
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSaved:
+    subscription: AlertSubscription
+    confirmation: Confirmation
+
 
 @transaction.atomic
 def update_subscription(
     user: AbstractBaseUser, *, enabled: bool, min_severity: Severity, email: str
 ) -> AlertSubscription:
-    """The user's own alert mail: on or off, from which severity, at which address."""
+    """The user's own alert mail: on or off, from which severity, at which address.
+
+    A new address is not confirmed (`AlertSubscription.confirmed_email` still holds the old
+    one), so no alert goes to it until its link is followed.
+    """
     if email != user.email:  # type: ignore[attr-defined]
         user.email = email  # type: ignore[attr-defined]
         user.save(update_fields=["email"])
@@ -196,3 +235,73 @@ def update_subscription(
         user=user, defaults={"enabled": enabled, "min_severity": min_severity}
     )
     return subscription
+
+
+def save_subscription(
+    user: AbstractBaseUser, *, enabled: bool, min_severity: Severity, email: str
+) -> SubscriptionSaved:
+    """Save the choice, then mail a confirmation link if alerts are on at an address not
+    confirmed yet (after the commit: the link must find the saved address)."""
+    subscription = update_subscription(
+        user, enabled=enabled, min_severity=min_severity, email=email
+    )
+    if not enabled or subscription.is_confirmed(email):
+        return SubscriptionSaved(subscription, Confirmation.NOT_NEEDED)
+    return SubscriptionSaved(subscription, send_confirmation(subscription, email))
+
+
+def confirmation_link(user: AbstractBaseUser, email: str) -> str:
+    token = signing.dumps({"user": user.pk, "email": email}, salt=CONFIRM_SALT)
+    path = reverse("alerts:confirm_subscription", args=[token])
+    return f"{settings.DASHBOARD_URL}{path}"
+
+
+def send_confirmation(subscription: AlertSubscription, email: str) -> Confirmation:
+    """Mail the link to `email`, at most once a minute per subscription (the form would
+    otherwise let anyone flood a stranger's mailbox)."""
+    now = timezone.now()
+    claimed = (
+        AlertSubscription.objects.filter(pk=subscription.pk)
+        .filter(
+            Q(confirmation_sent_at__isnull=True)
+            | Q(confirmation_sent_at__lte=now - CONFIRM_RESEND_AFTER)
+        )
+        .update(confirmation_sent_at=now)
+    )
+    if not claimed:
+        return Confirmation.RECENTLY_SENT
+    user = subscription.user
+    message = confirmation_message(
+        email,
+        user.get_username(),
+        confirmation_link(user, email),
+        format_duration(CONFIRM_MAX_AGE.total_seconds()),
+    )
+    try:
+        message.send()
+    except (OSError, smtplib.SMTPException) as error:
+        # The link is a credential: the log names the account, never the link.
+        logger.warning("confirmation mail for %r not sent: %s", user.get_username(), error)
+        AlertSubscription.objects.filter(pk=subscription.pk).update(confirmation_sent_at=None)
+        return Confirmation.SEND_FAILED
+    return Confirmation.SENT
+
+
+@transaction.atomic
+def confirm_subscription(user: AbstractBaseUser, token: str) -> Confirmation:
+    """Follow a confirmation link: alerts go to its address from now on, if the link is
+    ours, recent, this account's, and the account still has that address."""
+    try:
+        data = signing.loads(token, salt=CONFIRM_SALT, max_age=CONFIRM_MAX_AGE)
+    except signing.SignatureExpired:
+        return Confirmation.EXPIRED
+    except signing.BadSignature:
+        return Confirmation.INVALID
+    if not isinstance(data, dict) or not isinstance(data.get("email"), str):
+        return Confirmation.INVALID
+    if data.get("user") != user.pk:
+        return Confirmation.OTHER_ACCOUNT
+    if not data["email"] or data["email"] != user.email:  # type: ignore[attr-defined]
+        return Confirmation.ADDRESS_CHANGED
+    AlertSubscription.objects.filter(user=user).update(confirmed_email=data["email"])
+    return Confirmation.CONFIRMED
