@@ -10,7 +10,7 @@ from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from alerts.models import DeliveryState, Incident, IncidentState, Notification
+from alerts.models import DeliveryState, Incident, IncidentState, Notification, Silence
 from alerts.queries import active_silences
 from dashboard.api import api_view, json_error, json_response
 from dashboard.timefmt import api_time
@@ -56,6 +56,7 @@ def api_incidents(state: str, limit: int, now: datetime) -> list[dict[str, Any]]
             "silenced_until": api_time(silences[incident.key].ends_at)
             if incident.key in silences
             else None,
+            "silenced_by": _author(silences[incident.key]) if incident.key in silences else None,
             "url": f"{settings.DASHBOARD_URL}{incident.get_absolute_url()}",
             "notifications": [
                 {
@@ -76,6 +77,10 @@ def api_incidents(state: str, limit: int, now: datetime) -> list[dict[str, Any]]
         }
         for incident in incidents[:limit]
     ]
+
+
+def _author(silence: Silence) -> str | None:
+    return silence.created_by.get_username() if silence.created_by else None
 
 
 @api_view()

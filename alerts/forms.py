@@ -12,6 +12,7 @@ from django.utils.choices import CallableChoiceIterator
 from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
+from alerts.incident_actions import SILENCE_MAX, SILENCE_MIN, silence_refusal
 from alerts.models import Incident, IncidentState, Rule, Severity
 
 # The one-click choices, offered as buttons on the list and the incident page. Nothing is
@@ -22,8 +23,6 @@ SILENCE_PRESETS = [
     ("1d", _("1 day"), timedelta(days=1)),
 ]
 SILENCE_DURATIONS = {value: delta for value, _label, delta in SILENCE_PRESETS}
-SILENCE_MIN = timedelta(minutes=5)
-SILENCE_MAX = timedelta(days=30)
 _CUSTOM = re.compile(r"^\s*(\d{1,5})\s*([mhd])\s*$", re.IGNORECASE)
 _UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
 
@@ -92,10 +91,17 @@ class IncidentFilterForm(forms.Form):
 
 
 class SilenceForm(forms.Form):
-    """`duration` comes from a preset button or the custom field (same name), never a default."""
+    """`duration` comes from a preset button or the custom field (same name), never a default.
+
+    `user` is who silences: a viewer's silence is capped (`silence_allowance`).
+    """
 
     duration = forms.CharField(label=_("Custom duration"), max_length=20)
     reason = forms.CharField(required=False, label=_("Reason"), max_length=500)
+
+    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user
 
     def clean_duration(self) -> timedelta:
         delta = parse_silence_duration(self.cleaned_data["duration"])
@@ -107,6 +113,10 @@ class SilenceForm(forms.Form):
             raise forms.ValidationError(
                 gettext("A silence lasts from 5 minutes to 30 days."), code="range"
             )
+        # Whether the incident is resolved is the action's to check, under its row lock.
+        refusal = silence_refusal(self.user, delta, resolved=False)
+        if refusal is not None:
+            raise forms.ValidationError(refusal, code="not_allowed")
         return delta
 
     def duration_delta(self) -> timedelta:

@@ -17,7 +17,7 @@ from email.utils import parseaddr
 from typing import Any
 
 from django.conf import settings
-from django.core.mail import EmailMultiAlternatives
+from django.core.mail import EmailMessage, EmailMultiAlternatives
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
@@ -322,3 +322,25 @@ def _language_tag(code: str) -> str:
 
 def iso(moment: datetime | None) -> str | None:
     return iso_utc(moment) if moment is not None else None
+
+
+def confirmation_message(address: str, username: str, link: str, valid_for: str) -> EmailMessage:
+    """The mail that proves `address` is read by the one who asked for alerts there.
+
+    Sent to that address only; it says which account asked, so a stranger can ignore it.
+    """
+    context = {
+        "username": visible(username, 150),
+        "address": visible(address, 254),
+        "link": link,
+        "valid_for": valid_for,
+    }
+    return EmailMessage(
+        subject=clean_header_text(
+            gettext("Confirm alert e-mail for %(username)s") % {"username": username}
+        ),
+        body=render_to_string("alerts/email/subscription_confirm.txt", context),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[address],
+        headers={"Auto-Submitted": "auto-generated", "X-Auto-Response-Suppress": "All"},
+    )

@@ -436,7 +436,13 @@ class Silence(models.Model):
 
 
 class AlertSubscription(models.Model):
-    """A user's own choice to get alert mail at their account's address."""
+    """A user's own choice to get alert mail at their account's address.
+
+    Mail goes only to an address its reader proved to read: `confirmed_email` is the address
+    whose confirmation link was followed, and it counts while it is the account's address.
+    A changed address (on the subscription page, in admin, from the identity provider) is
+    pending until its own link is followed.
+    """
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="alert_subscription"
@@ -448,10 +454,20 @@ class AlertSubscription(models.Model):
         default=Severity.WARNING,
         help_text=_("Mail for incidents of this severity and worse."),
     )
+    confirmed_email = models.EmailField(
+        blank=True, help_text=_("The address confirmed by the link mailed to it.")
+    )
+    # When the last confirmation link was sent: one a minute at most, so the form cannot be
+    # used to flood someone else's mailbox.
+    confirmation_sent_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return f"{self.user} ({'on' if self.enabled else 'off'}, {self.min_severity}+)"
+
+    def is_confirmed(self, address: str) -> bool:
+        """Whether `address` (the account's) is the one confirmed."""
+        return bool(address) and self.confirmed_email == address
 
 
 class NotificationKind(models.TextChoices):

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils.translation import gettext_noop
 
 from alerts.channels import planning as channel_planning
@@ -95,7 +96,10 @@ class Audience:
     @classmethod
     def load(cls) -> Audience:
         rows = (
-            AlertSubscription.objects.filter(enabled=True, user__is_active=True)
+            # Only a confirmed address: anyone may type any address on the form.
+            AlertSubscription.objects.filter(
+                enabled=True, user__is_active=True, confirmed_email=F("user__email")
+            )
             .exclude(user__email="")
             .values_list(
                 "user__email",

@@ -13,10 +13,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_lazy
 
 from alerts import incident_actions
 from alerts.forms import IncidentFilterForm, SilenceForm, SubscriptionForm
+from alerts.incident_actions import Confirmation
 from alerts.models import Severity
 from alerts.presenters.incident_detail import incident_detail
 from alerts.presenters.incident_list import incident_tables
@@ -131,14 +132,18 @@ def unacknowledge(request: HttpRequest, incident_id: int) -> HttpResponse:
 
 @_action
 def silence(request: HttpRequest, incident_id: int) -> HttpResponse:
-    form = SilenceForm(request.POST)
+    form = SilenceForm(request.POST, user=request.user)
     if not form.is_valid():
         errors = form.errors.get("duration") or [gettext("Choose how long to silence it for.")]
         _tell(request, messages.ERROR, " ".join(str(error) for error in errors))
         return _back(request, incident_id)
-    ends = incident_actions.silence_incident(
-        incident_id, request.user, form.duration_delta(), form.cleaned_data["reason"]
-    ).ends_at
+    try:
+        ends = incident_actions.silence_incident(
+            incident_id, request.user, form.duration_delta(), form.cleaned_data["reason"]
+        ).ends_at
+    except incident_actions.SilenceRefused as refused:
+        _tell(request, messages.ERROR, str(refused))
+        return _back(request, incident_id)
     _tell(
         request,
         messages.SUCCESS,
@@ -163,13 +168,14 @@ def subscription(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = SubscriptionForm(request.POST)
         if form.is_valid():
-            incident_actions.update_subscription(
+            saved = incident_actions.save_subscription(
                 request.user,
                 enabled=form.cleaned_data["enabled"],
                 min_severity=Severity(form.cleaned_data["min_severity"]),
                 email=form.cleaned_data["email"],
             )
             messages.success(request, gettext("Your alert e-mail settings are saved."))
+            _tell_confirmation(request, saved.confirmation, form.cleaned_data["email"])
             response = HttpResponseRedirect(reverse("alerts:subscription"))
             response.status_code = 303
             return response
@@ -187,6 +193,60 @@ def subscription(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "subscription": current,
+            "confirmed": current is not None and current.is_confirmed(request.user.email),  # type: ignore[union-attr]
             "team_addresses": settings.ALERT_EMAIL_TO,
         },
     )
+
+
+def _tell_confirmation(request: HttpRequest, outcome: Confirmation, address: str) -> None:
+    if outcome == Confirmation.SENT:
+        text = gettext(
+            "We sent a confirmation link to %(address)s. Alert e-mail goes there once you open it."
+        )
+        messages.info(request, text % {"address": address})
+    elif outcome == Confirmation.RECENTLY_SENT:
+        messages.info(
+            request,
+            gettext("A confirmation link was sent less than a minute ago: look for it first."),
+        )
+    elif outcome == Confirmation.SEND_FAILED:
+        messages.error(
+            request,
+            gettext("The confirmation link could not be sent just now. Save again in a minute."),
+        )
+
+
+CONFIRMATION_REFUSED = {
+    Confirmation.INVALID: gettext_lazy("This is not a confirmation link the dashboard sent."),
+    Confirmation.EXPIRED: gettext_lazy(
+        "This confirmation link has expired: save your alert "
+        "e-mail settings again to be sent a new one."
+    ),
+    Confirmation.OTHER_ACCOUNT: gettext_lazy("This confirmation link is for another account."),
+    Confirmation.ADDRESS_CHANGED: gettext_lazy(
+        "Your account's address changed after this link was sent: it confirms nothing now."
+    ),
+}
+
+
+def confirm_subscription(request: HttpRequest, token: str) -> HttpResponse:
+    """GET asks, POST confirms: a mail scanner that opens every link confirms nothing."""
+    if request.method == "POST":
+        outcome = incident_actions.confirm_subscription(request.user, token)
+        if outcome == Confirmation.CONFIRMED:
+            messages.success(
+                request,
+                gettext("Address confirmed: alert e-mail goes to %(address)s.")
+                % {"address": request.user.email},  # type: ignore[union-attr]
+            )
+            response = HttpResponseRedirect(reverse("alerts:subscription"))
+            response.status_code = 303
+            return response
+        return render(
+            request,
+            "alerts/subscription_confirm.html",
+            {"refused": CONFIRMATION_REFUSED[outcome], "token": token},
+            status=400,
+        )
+    return render(request, "alerts/subscription_confirm.html", {"refused": "", "token": token})

@@ -1,4 +1,6 @@
-"""Refuse requests that carry a NUL character where no legitimate client puts one.
+"""Hostile input: requests that carry a NUL, and untrusted text that would hide in a page.
+
+Refuse requests that carry a NUL character where no legitimate client puts one.
 
 PostgreSQL text cannot hold NUL, and psycopg refuses to send a parameter containing one
 (DataError) before the query runs. Any path segment, query value or cookie that reaches a
@@ -6,10 +8,17 @@ lookup would then fail as a server error. Browsers never send NUL (not even in c
 which RFC 6265 forbids), so a request with one is hostile or broken: it is answered 400
 here, once, instead of every view checking each value. Form fields refuse NUL on their own
 (Django's ProhibitNullCharactersValidator), so request bodies are left to them.
+
+Text a cluster wrote (a Lease's holderIdentity) may carry bidi controls (U+202E turns
+"pod-1\u202egnp.exe" into what reads as another name) and other invisible characters.
+HTML escaping leaves them in force, so pages pass such text through `visible_text` (the
+`visible` filter of both template engines): each one is shown as its escape, as mail and
+chat messages show it.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
@@ -20,10 +29,35 @@ from django.utils.translation import gettext_lazy
 from dashboard.api import json_error
 
 NUL = "\x00"
+# Control, format (all bidi overrides, embeddings, isolates and marks are format
+# characters), line and paragraph separators, surrogates, private use and unassigned.
+INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 PROBLEM = gettext_lazy(
     "The request contains a NUL character (%00), which no page or API parameter accepts. "
     "Check the link or the script that sent it."
 )
+
+
+def visible_text(value: object, *, keep_lines: bool = False) -> str:
+    """`value` as text with each invisible character written as its escape (``\\u202e``,
+    ``\\x1b``); text without any comes back unchanged. Still to be HTML-escaped.
+
+    `keep_lines` keeps line breaks as they are: for text laid out in lines (a pretty-printed
+    object, whose strings JSON has already escaped), not for a name.
+    """
+    text = "" if value is None else str(value)
+    if text.isprintable():  # the common case, checked in C: no invisible character
+        return text
+    out = []
+    for character in text:
+        if keep_lines and character == "\n":
+            out.append(character)
+        elif unicodedata.category(character) in INVISIBLE_CATEGORIES:
+            code = ord(character)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(character)
+    return "".join(out)
 
 
 def carries_nul(request: HttpRequest) -> bool:

@@ -205,7 +205,10 @@ TEMPLATES = [
         "OPTIONS": {
             "environment": "dashboard.jinja2.environment",
             # Jinja2 has no {% load %}: the Django template filters its templates use, by name.
-            "filters": {"lease_state_pill": "leases.templatetags.lease_css.lease_state_pill"},
+            "filters": {
+                "lease_state_pill": "leases.templatetags.lease_css.lease_state_pill",
+                "visible": "dashboard.hostile_input.visible_text",
+            },
         },
     },
 ]
@@ -372,6 +375,11 @@ ALERT_EVAL_SECONDS = env_int("ALERT_EVAL_SECONDS", 5, minimum=1, maximum=300)
 ALERT_GROUP_SECONDS = env_int("ALERT_GROUP_SECONDS", 30, minimum=0, maximum=3600)
 ALERT_REMIND_HOURS = env_int("ALERT_REMIND_HOURS", 4, minimum=0)  # 0: no reminders
 ALERT_RETRY_HOURS = env_int("ALERT_RETRY_HOURS", 24, minimum=1)
+# The longest silence a viewer (not an operator) may set, in hours; 0: viewers cannot
+# silence. Operators may silence for up to 30 days, and also a resolved incident's key.
+ALERT_VIEWER_SILENCE_MAX_HOURS = env_int(
+    "ALERT_VIEWER_SILENCE_MAX_HOURS", 4, minimum=0, maximum=720
+)
 # Chat and webhook channels (alerts.AlertChannel): each post's connect + read timeout.
 ALERT_CHANNEL_TIMEOUT = env_int("ALERT_CHANNEL_TIMEOUT", 10, minimum=1, maximum=120)
 # Unset: one more leaseDurationSeconds of each lease.

@@ -28,10 +28,12 @@ import pytest
 from django import forms
 from django.contrib import admin
 from django.contrib.auth.models import Group
+from django.core import signing
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.urls.resolvers import RoutePattern
 
+from alerts.incident_actions import CONFIRM_SALT
 from alerts.models import Incident
 from dashboard.models import ApiToken
 from nks.models import NksNodegroup, ResizeRequest
@@ -217,6 +219,10 @@ def real_arguments(db: None) -> dict[str, dict[str, str]]:
         **{
             f"alerts:{action}": {"incident_id": str(incident.pk)}
             for action in ("incident", "acknowledge", "unacknowledge", "silence", "unsilence")
+        },
+        # A well-formed link of another account (the fuzzing user's own is not known yet).
+        "alerts:confirm_subscription": {
+            "token": signing.dumps({"user": 0, "email": "x@example.org"}, salt=CONFIRM_SALT)
         },
     }
 

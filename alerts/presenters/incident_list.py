@@ -49,6 +49,7 @@ class IncidentRow:
     acknowledged_by: str
     acknowledged: When | None
     silenced_until: When | None
+    silenced_by: str
     hold: str
     links: list[ObjectLink] = field(default_factory=list)
 
@@ -127,6 +128,8 @@ def incident_row(
         acknowledged_by=incident.acknowledged_by.get_username() if incident.acknowledged_by else "",
         acknowledged=when(incident.acknowledged_at, now),
         silenced_until=when(silence.ends_at, now) if silence else None,
+        # Who set it (active_silences reads its author with it); "" for a deleted account.
+        silenced_by=silence.created_by.get_username() if silence and silence.created_by else "",
         hold=str(incident.get_hold_display()) if incident.hold else "",
         links=links or [],
     )

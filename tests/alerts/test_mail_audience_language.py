@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 def subscribe(django_user_model: Any, name: str, *, language: str = "", zone: str = "") -> str:
     user = django_user_model.objects.create_user(name, email=f"{name}@example.org")
-    AlertSubscription.objects.create(user=user)
+    AlertSubscription.objects.create(user=user, confirmed_email=user.email)
     if language or zone:
         UserPreference.objects.create(user=user, language=language, time_zone=zone)
     return str(user.email)

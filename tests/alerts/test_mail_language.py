@@ -29,7 +29,9 @@ KOREAN_READER = "minji@example.org"
 def korean_subscriber(django_user_model: Any) -> AbstractBaseUser:
     user = django_user_model.objects.create_user("minji", KOREAN_READER, "x")
     UserPreference.objects.create(user=user, language="ko", time_zone="Asia/Seoul")
-    AlertSubscription.objects.create(user=user, enabled=True, min_severity=Severity.WARNING)
+    AlertSubscription.objects.create(
+        user=user, enabled=True, min_severity=Severity.WARNING, confirmed_email=user.email
+    )
     return user
 
 

@@ -379,7 +379,7 @@ def test_ending_a_silence_early_lets_mail_through_again(
 ) -> None:
     erin = django_user_model.objects.create_user("erin")
     incident = make_incident()
-    incident_actions.silence_incident(incident.pk, erin, timedelta(days=1))
+    incident_actions.silence_incident(incident.pk, erin, timedelta(hours=4))
     notifications.plan_notifications(timezone.now(), dispatch=False)
     assert mailoutbox == []
     assert incident_actions.end_silence(incident.pk, erin)
@@ -399,8 +399,12 @@ def test_each_recipient_gets_one_mail_with_exactly_their_incidents(
     )
     critical_only = django_user_model.objects.create_user("erin", email="erin@example.org")
     everything = django_user_model.objects.create_user("sam", email="sam@example.org")
-    AlertSubscription.objects.create(user=critical_only, min_severity=Severity.CRITICAL)
-    AlertSubscription.objects.create(user=everything, min_severity=Severity.WARNING)
+    AlertSubscription.objects.create(
+        user=critical_only, min_severity=Severity.CRITICAL, confirmed_email=critical_only.email
+    )
+    AlertSubscription.objects.create(
+        user=everything, min_severity=Severity.WARNING, confirmed_email=everything.email
+    )
     make_incident("lease_expired:prod/kube-system/kube-scheduler")
     make_incident(
         "lease_flapping:prod/ops/op-leader",

@@ -289,6 +289,13 @@ def test_a_user_subscribes_to_critical_alerts_at_their_address(
     assert subscription.enabled and subscription.min_severity == Severity.CRITICAL
     engineer.refresh_from_db()
     assert engineer.email == "erin@oncall.example.org"
+    # The address is confirmed by the link mailed to it (tests/alerts/test_subscription_confirm.py).
+    [confirmation] = mailoutbox
+    link = re.search(
+        r"https://dash\.example\.org(/alerts/subscription/confirm/\S+/)", confirmation.body
+    )
+    assert link and client_in.post(link.group(1)).status_code == 303
+    mailoutbox.clear()
     assert "for critical incidents only" in text(client_in, "/alerts/subscription/")
 
     make_incident()
