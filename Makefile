@@ -35,8 +35,10 @@ run: install
 	$(BIN)/python manage.py ensure_demo_user
 	$(BIN)/python manage.py setup_demo
 	@echo "Dashboard: http://127.0.0.1:$${DASHBOARD_PORT:-8000}  (Ctrl-C stops everything)"
-	@# Alert mail goes to the console backend unless EMAIL_URL says otherwise.
+	@# Alert mail goes to the console backend unless EMAIL_URL says otherwise. The fake NKS's
+	@# kubeconfigs name the fake API server, plain http on loopback: the demo allows that.
 	PATH="$(abspath $(BIN)):$$PATH" ALERT_EMAIL_TO="$${ALERT_EMAIL_TO:-oncall@localhost}" \
+		NKS_KUBECONFIG_ALLOW_PRIVATE=127.0.0.0/8 NKS_KUBECONFIG_ALLOW_HTTP=true \
 		$(BIN)/honcho start -f Procfile
 
 test: install

@@ -615,6 +615,37 @@ NKS_RESIZE_FOLLOW_MINUTES = env_int("NKS_RESIZE_FOLLOW_MINUTES", 30, minimum=1, 
 # Retries of NKS reads (never of writes) and the first backoff; tests shorten them.
 NKS_HTTP_RETRIES = 3
 NKS_HTTP_BACKOFF = 0.5
+# Where a kubeconfig that NKS hands out (the "Watch this cluster" button) may send the
+# watchers (leases/egress.py): https only, the API address NKS reports, public addresses only.
+# NKS_KUBECONFIG_ALLOW_PRIVATE: "false", "true" (the private ranges: 10/8, 172.16/12,
+# 192.168/16, 100.64/10, fc00::/7) or a comma-separated list of networks, which may name any
+# range, loopback included (the demo's fake API server: 127.0.0.0/8). An operator's own
+# kubeconfig (admin, add_kube_cluster) is not restricted: its host is the operator's choice.
+_NKS_PRIVATE_NETWORKS = [
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "fc00::/7",
+]
+_allow_private = env_str("NKS_KUBECONFIG_ALLOW_PRIVATE", "false").strip().lower()
+if _allow_private in ("", "false", "0", "no", "off"):
+    NKS_KUBECONFIG_ALLOW_PRIVATE: list[str] = []
+elif _allow_private in ("true", "1", "yes", "on"):
+    NKS_KUBECONFIG_ALLOW_PRIVATE = _NKS_PRIVATE_NETWORKS
+else:
+    NKS_KUBECONFIG_ALLOW_PRIVATE = env_list("NKS_KUBECONFIG_ALLOW_PRIVATE")
+    for _network in NKS_KUBECONFIG_ALLOW_PRIVATE:
+        try:
+            ipaddress.ip_network(_network, strict=False)
+        except ValueError:
+            raise BadEnvironment(
+                f"NKS_KUBECONFIG_ALLOW_PRIVATE entry {_network!r} is not true, false or an IP "
+                "network."
+            ) from None
+# Plain http to an NKS-sourced API server: the token would travel unencrypted. For a test
+# setup only (the demo's fake).
+NKS_KUBECONFIG_ALLOW_HTTP = env_bool("NKS_KUBECONFIG_ALLOW_HTTP", False)
 
 # --- Logging --------------------------------------------------------------------------------
 LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()

@@ -65,6 +65,8 @@ class KubeClusterForm(forms.ModelForm):
         elif not text and cluster.pk:
             cluster.kubeconfig = KubeCluster.objects.get(pk=cluster.pk).kubeconfig
         cluster.config_warning = " ".join(getattr(self, "config_warnings", ()))
+        if text or cluster.source == KubeCluster.Source.IN_CLUSTER:
+            cluster.nks_api_address = ""  # the operator's own now: its host is theirs to choose
         if commit:
             cluster.save()
         return cluster
@@ -96,6 +98,7 @@ class KubeClusterAdmin(admin.ModelAdmin):
             "last_error",
             "last_error_at",
             "config_warning",
+            "nks_api_address",
             "skipped_objects_total",
             "candidates_api",
             "candidates_problem",

@@ -113,11 +113,52 @@ _HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}
 _HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
 
 
+# Bounds checked before the YAML is built: PyYAML builds nested collections by recursion, so
+# a document nested some thousands deep ends in a RecursionError (a 500), and a huge one
+# holds a worker. A real kubeconfig is a few kilobytes (some more with inline certificates)
+# and nests about six deep (clusters, an entry, its cluster, extensions, one, its fields).
+MAX_KUBECONFIG_CHARACTERS = 1_000_000
+MAX_KUBECONFIG_DEPTH = 32
+
+
+def _bounds_problem(text: str) -> str | None:
+    """Why the text is too big or too deep to parse, read from the parser's events (which
+    keep no recursion); None within bounds. Malformed YAML is left to the parse."""
+    if len(text) > MAX_KUBECONFIG_CHARACTERS:
+        return gettext(
+            "The kubeconfig is longer than %(limit)s characters; a kubeconfig is a few "
+            "kilobytes, so it is refused."
+        ) % {"limit": f"{MAX_KUBECONFIG_CHARACTERS:,}"}
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_KUBECONFIG_DEPTH:
+                    return gettext(
+                        "The kubeconfig nests lists and maps more than %(limit)s levels deep; "
+                        "a kubeconfig needs fewer than ten, so it is refused."
+                    ) % {"limit": MAX_KUBECONFIG_DEPTH}
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return None
+    return None
+
+
+def entry_label(name: object) -> str:
+    """An entry's name fit for a message: short, one line (names are the supplier's text)."""
+    return _label(name)
+
+
 def parse_kubeconfig(text: str, context: str = "") -> CheckedKubeconfig:
-    """The kubeconfig, checked for shape, context and safety; errors never quote it.
+    """The kubeconfig, checked for size, shape, context and safety; errors never quote it.
 
     Raises KubeconfigRefused naming every refused field.
     """
+    too_big = _bounds_problem(text)
+    if too_big is not None:
+        raise KubeconfigRefused(too_big)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -42,6 +42,11 @@ class KubeCluster(models.Model):
     # verification turned off); shown on the watchers page.
     config_warning = models.TextField(blank=True)
     context = models.CharField(max_length=253, blank=True)
+    # Set when the kubeconfig came from NKS (the "Watch this cluster" button): the cluster's
+    # API address as NKS reported it. Its server must then be that host over https, at an
+    # allowed address (leases/egress.py), and until a list completes its errors are shown
+    # without the server's words. Blank for an operator's kubeconfig.
+    nks_api_address = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     # Watcher status, written by whichever worker holds the cluster's lock.

@@ -64,6 +64,7 @@ def register_kube_cluster(
     cluster.kubeconfig = "" if in_cluster else kubeconfig
     cluster.context = context
     cluster.config_warning = " ".join(warnings)
+    cluster.nks_api_address = ""  # the operator's kubeconfig (nks.services marks NKS's)
     cluster.enabled = True
     cluster.last_error = ""
     cluster.save()

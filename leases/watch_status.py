@@ -19,6 +19,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from django.db.models import Case, DateTimeField, F, Value, When
 from django.utils import timezone
 
+from leases.egress_status import shown_failure
 from leases.models import KubeCluster, ResourceWatchState
 from leases.watch_coverage import Coverage
 
@@ -158,6 +159,7 @@ class LeaseStatus:
         self.coverage.connected()
 
     def failed(self, message: str, *, kind: str, disconnected: bool = True) -> None:
+        message, kind = shown_failure(self.cluster_id, message, kind)
         updates: dict[str, Any] = {"last_error": message[:2000], "last_error_at": timezone.now()}
         if disconnected:
             updates["connected"] = False
@@ -250,6 +252,7 @@ class NodeStatus:
         )
 
     def failed(self, message: str, *, kind: str) -> None:
+        message, kind = shown_failure(self.cluster_id, message, kind)
         state = _NODE_STATE_BY_KIND.get(kind, ResourceWatchState.ERROR)
         update_cluster(
             self.cluster_id,

@@ -30,6 +30,7 @@ from django.db.models import F
 from dashboard.encryption import secret_problem
 from dashboard.locks import ExpiringLock
 from leases import kube
+from leases.egress_status import server_trusted
 from leases.ingest import LeaseIngestor, sync_candidates
 from leases.models import KubeCluster
 from leases.node_ingest import NodeIngestor
@@ -264,7 +265,10 @@ class LeaseWatcher:
                 KubeCluster.objects.filter(pk=self.cluster_id).update(config_warning=warning)
         return kube.connect(
             kube.ClusterConfig(
-                in_cluster=in_cluster, kubeconfig=cluster.kubeconfig, context=cluster.context
+                in_cluster=in_cluster,
+                kubeconfig=cluster.kubeconfig,
+                context=cluster.context,
+                nks_api_address=cluster.nks_api_address,
             )
         )
 
@@ -424,6 +428,8 @@ class LeaseWatcher:
         write_flush_status(self.cluster_id, updates)
 
     def _refresh_candidates(self) -> None:
+        if not server_trusted(self.cluster_id):
+            return  # whether an NKS-given server answers is not shown before it is trusted
         problem = ""
         try:
             api_version, items = kube.list_lease_candidates(self._api)  # type: ignore[arg-type]

@@ -16,6 +16,8 @@ from django.db import transaction
 from django.utils.text import slugify
 from django.utils.translation import gettext
 
+from leases.egress import check_nks_kubeconfig
+from leases.kubeconfig import KubeconfigRefused, parse_kubeconfig
 from leases.models import KubeCluster
 from leases.services import ClusterConfigError, register_kube_cluster
 from nks import client as nks
@@ -151,12 +153,19 @@ def watch_cluster_leases(cluster_id: int) -> LeaseSource:
             gettext("NKS did not hand out the kubeconfig: %(error)s") % {"error": error.message}
         ) from None
     try:
+        # NKS's answer names the server the watchers will send NKS's credentials to: only the
+        # cluster's own API address NKS reports, over https, at an allowed address.
+        check_nks_kubeconfig(parse_kubeconfig(kubeconfig).data, cluster.api_address)
         with transaction.atomic():
             kube_cluster, created = register_kube_cluster(
                 kube_name(cluster.name), kubeconfig=kubeconfig
             )
+            # Marked as NKS's in the same transaction: no watcher ever reads it unrestricted.
+            KubeCluster.objects.filter(pk=kube_cluster.pk).update(
+                nks_api_address=cluster.api_address
+            )
             NksCluster.objects.filter(pk=cluster_id).update(kube_cluster=kube_cluster)
-    except ClusterConfigError as error:
+    except (ClusterConfigError, KubeconfigRefused) as error:
         raise LeaseSourceError(
             gettext("The kubeconfig from NKS cannot be used: %(error)s") % {"error": error}
         ) from None

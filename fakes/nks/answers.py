@@ -144,7 +144,7 @@ class JsonAnswers:
             if detail:
                 data.update(
                     {
-                        "api_address": f"https://{cluster.uuid[:8]}-kr1-k8s.fake-nks.invalid:6443",
+                        "api_address": self.api_address(cluster),
                         "coe_version": labels.get("kube_tag"),
                         "container_version": "1.12.6",
                         "created_at": iso_time(cluster.created_at),
@@ -240,10 +240,14 @@ class JsonAnswers:
             data["details"] = event.details
         return data
 
+    def api_address(self, cluster: FakeCluster) -> str:
+        """The cluster's API server, as NKS reports it and names it in the kubeconfig."""
+        return self.kube_server_url or f"https://{cluster.uuid[:8]}-kr1-k8s.fake-nks.invalid:6443"
+
     def kubeconfig_for(self, cluster: FakeCluster) -> str:
         if cluster.kubeconfig is not None:
             return cluster.kubeconfig
-        server = self.kube_server_url or f"https://{cluster.uuid[:8]}-kr1-k8s.fake-nks.invalid:6443"
+        server = self.api_address(cluster)
         name = json.dumps(cluster.name)  # a JSON string is a valid double-quoted YAML scalar
         if self.kube_server_url and server.startswith("https://"):
             tls = "    insecure-skip-tls-verify: true\n"

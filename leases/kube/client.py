@@ -24,6 +24,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from leases.egress import pin_server
 from leases.kubeconfig import CheckedKubeconfig, KubeconfigRefused
 from leases.kubeconfig import parse_kubeconfig as check_kubeconfig
 
@@ -65,6 +66,7 @@ class ClusterConfig:
     in_cluster: bool = False
     kubeconfig: str = field(default="", repr=False)  # a secret: never in repr or logs
     context: str = ""
+    nks_api_address: str = ""  # set for a kubeconfig from NKS: see leases.egress
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,8 @@ def connect(config: ClusterConfig) -> k8s.ApiClient:
                 client_configuration=configuration,
                 persist_config=False,
             )
-    except ConfigException as exc:
+            pin_server(configuration, config.nks_api_address)
+    except (ConfigException, KubeconfigRefused) as exc:
         # The SDK's messages name missing keys and files, never secret values.
         raise KubeError(f"The cluster configuration cannot be used: {exc}", kind="config") from None
     # Our own retry and backoff decide; urllib3's silent retries would hide outages.

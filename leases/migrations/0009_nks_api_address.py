@@ -1,0 +1,15 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("leases", "0007_watch_as_of"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="kubecluster",
+            name="nks_api_address",
+            field=models.CharField(blank=True, max_length=300),
+        ),
+    ]
