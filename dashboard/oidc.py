@@ -89,15 +89,13 @@ class ProviderAnswerRefused(requests.RequestException):
 
 
 class _Deadline:
-    """Shuts the call's sockets when its time is up.
+    """Shuts the call's sockets when its time is up, which wakes a blocked read at once.
 
-    `requests` has only per-read timeouts: a provider that sends a byte every few seconds
-    keeps a sign-in (and a server thread) waiting for ever, in the headers as in the body. A
-    timer thread shutting the socket down wakes the blocked read at once.
+    `requests` has only per-read timeouts: a provider sending a byte every few seconds, in the
+    headers or the body, would keep a sign-in (and a server thread) waiting for ever.
     """
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
         self.expired = False
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -111,9 +109,7 @@ class _Deadline:
     def __exit__(self, *exc_info: object) -> None:
         self._timer.cancel()
 
-    def watch(self, sock: socket.socket | None) -> None:
-        if sock is None:
-            return
+    def watch(self, sock: socket.socket) -> None:
         with self._lock:
             self._sockets.append(sock)
             if self.expired:
@@ -127,8 +123,7 @@ class _Deadline:
 
 
 def _shut(sock: socket.socket) -> None:
-    # The plain socket's shutdown, also for a TLS socket: it wakes a read blocked in another
-    # thread, where closing the TLS layer from here would race with it.
+    # The plain socket's shutdown even for TLS: closing the TLS layer would race the reader.
     with contextlib.suppress(OSError):
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
@@ -139,22 +134,24 @@ _current_deadline: contextvars.ContextVar[_Deadline | None] = contextvars.Contex
 )
 
 
-def _watch_connection(connection: HTTPConnection) -> None:
-    deadline = _current_deadline.get()
-    if deadline is not None:
-        deadline.watch(connection.sock)
+class _WatchedConnection:
+    """Hands each new connection's socket to the call's `_Deadline`."""
 
+    sock: socket.socket | None
 
-class _WatchedHTTPConnection(HTTPConnection):
     def connect(self) -> None:
-        super().connect()
-        _watch_connection(self)
+        super().connect()  # type: ignore[misc]  # the urllib3 connection this is mixed into
+        deadline = _current_deadline.get()
+        if deadline is not None and self.sock is not None:
+            deadline.watch(self.sock)
 
 
-class _WatchedHTTPSConnection(HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _watch_connection(self)
+class _WatchedHTTPConnection(_WatchedConnection, HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_WatchedConnection, HTTPSConnection):
+    pass
 
 
 class _WatchedHTTPConnectionPool(HTTPConnectionPool):
@@ -182,11 +179,9 @@ class _WatchedAdapter(HTTPAdapter):
 
 
 def provider_call(method: str, url: str, **kwargs: Any) -> requests.Response:
-    """One request to the provider: OIDC_TIMEOUT seconds in all, at most MAX_RESPONSE_BYTES.
-
-    Redirects are followed within the same deadline. The answer comes back fully read, so its
-    ``json()`` and ``text`` need no connection; failures are `requests` exceptions (a
-    ``Timeout`` once the deadline has passed), which the callers already answer.
+    """One request to the provider: OIDC_TIMEOUT seconds in all (redirects included), at most
+    MAX_RESPONSE_BYTES, read in full; failures are `requests` exceptions (``Timeout`` once the
+    deadline has passed), which the callers already answer.
     """
     seconds = float(settings.OIDC_TIMEOUT)
     headers = {**kwargs.pop("headers", {}), "Accept-Encoding": "identity"}
@@ -450,19 +445,15 @@ class OidcBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation("The ID token names no issuer or no subject.")
         if len(issuer) > SSO_FIELD_LENGTH or len(subject) > SSO_FIELD_LENGTH:
             raise SuspiciousOperation("The ID token's issuer or subject is too long.")
-        identity = (
-            SsoIdentity.objects.select_related("user")
-            .filter(issuer=issuer, subject=subject)
-            .first()
-        )
+        bound = SsoIdentity.objects.select_related("user").filter(issuer=issuer, subject=subject)
+        identity = bound.first()
         if identity is None:
             try:
                 identity = self._bind_first_sign_in(issuer, subject, claims)
             except IntegrityError:
-                # The same person's sign-in in another tab bound them a moment ago.
-                identity = SsoIdentity.objects.select_related("user").get(
-                    issuer=issuer, subject=subject
-                )
+                # A sign-in in another tab bound this person (or took the name) a moment ago.
+                if (identity := bound.first()) is None:
+                    raise SuspiciousOperation("Two first sign-ins raced for one name.") from None
             if identity is None:
                 return None
         SsoIdentity.objects.filter(pk=identity.pk).update(last_login_at=timezone.now())
@@ -503,24 +494,12 @@ class OidcBackend(OIDCAuthenticationBackend):
                 return None
             # An account an earlier version created at this name's first sign-in (no password,
             # no privileges) is taken over once, then bound to this subject for good.
-            logger.warning(
-                "Bound the existing single sign-on account %r to sub %r at %s",
-                wanted,
-                subject,
-                issuer,
-            )
+            logger.warning("Bound unlinked SSO account %r to sub %r at %s", wanted, subject, issuer)
             user = namesake
         else:
-            user = self.UserModel.objects.create_user(
-                free_username(wanted), email=_email(claims) or ""
-            )
-            # No password argument above: the account can only come in by single sign-on.
-            logger.info(
-                "Created user %r for sub %r at %s at their first single sign-on",
-                user.get_username(),
-                subject,
-                issuer,
-            )
+            # No password: the account can only come in by single sign-on.
+            user = self.UserModel.objects.create_user(free_username(wanted), email=_email(claims))
+            logger.info("Created user %r for sub %r at %s", user.get_username(), subject, issuer)
         return SsoIdentity.objects.create(user=user, issuer=issuer, subject=subject)
 
     @transaction.atomic

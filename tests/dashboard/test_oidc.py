@@ -303,6 +303,10 @@ def test_a_local_password_account_is_refused_until_a_superuser_links_it(
     assert is_operator("erin"), "a refused sign-in changes nothing"
 
     root = django_user_model.objects.create_superuser("root", password="break-glass-pass-123")
+    admin = Client()
+    admin.force_login(root)
+    form = admin.get("/admin/dashboard/ssoidentity/add/").content.decode()
+    assert f'value="{sso.issuer}"' in form, "the issuer is filled in from OIDC_ISSUER"
     # The issuer as an admin may paste it, with a trailing slash.
     linked = link_in_admin(erin, f"{sso.issuer}/", sso.subjects["erin"], by=root)
     assert linked.status_code == 302, linked.content.decode()
