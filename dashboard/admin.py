@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -7,7 +8,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from dashboard.models import ApiToken, UserPreference, WorkerHeartbeat
+from dashboard.models import ApiToken, SsoIdentity, UserPreference, WorkerHeartbeat
 
 
 @admin.register(ApiToken)
@@ -62,3 +63,32 @@ class UserPreferenceAdmin(admin.ModelAdmin):
     list_filter = ("language", "time_zone_offered")
     search_fields = ("user__username", "time_zone")
     readonly_fields = ("updated_at",)
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(admin.ModelAdmin):
+    """Links accounts to people at the provider; a link decides who signs in as whom.
+
+    Adding a link is how an existing local account (a break-glass superuser, an account with a
+    password) is opened to single sign-on, so only superusers may add, change or remove one.
+    """
+
+    list_display = ("user", "subject", "issuer", "created_at", "last_login_at")
+    search_fields = ("user__username", "subject")
+    raw_id_fields = ("user",)
+    fields = ("user", "issuer", "subject", "created_at", "last_login_at")
+    readonly_fields = ("created_at", "last_login_at")
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, str]:
+        initial = super().get_changeform_initial_data(request)
+        initial.setdefault("issuer", settings.OIDC_ISSUER or "")
+        return initial
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return bool(request.user.is_superuser)

@@ -137,3 +137,46 @@ class UserPreference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: {self.language or '-'} {self.time_zone or '-'}"
+
+
+def normalize_issuer(issuer: str) -> str:
+    """An issuer as stored and compared: `https://sso/realm/` and `https://sso/realm` are one."""
+    return issuer.strip().rstrip("/")
+
+
+class SsoIdentity(models.Model):
+    """Which person at the OpenID provider an account belongs to: the token's (iss, sub).
+
+    OpenID Connect Core §5.7: only ``sub`` with ``iss`` is unique and stable; a user name claim
+    such as ``preferred_username`` is neither, so single sign-on finds accounts by this row
+    alone. Single sign-on creates the row with the account it creates; an existing local
+    account (a superuser, one with a password) is reached by SSO only after a superuser adds
+    the row in the admin.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity"
+    )
+    issuer = models.CharField(
+        max_length=255, help_text="The provider's issuer URL, as in the ID token's “iss”."
+    )
+    subject = models.CharField(
+        max_length=255, help_text="The person's “sub” at that provider (not their user name)."
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_login_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = "single sign-on identity"
+        verbose_name_plural = "single sign-on identities"
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_unique_sub"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} = {self.subject} at {self.issuer}"
+
+    def clean(self) -> None:
+        # An admin may paste the issuer with a trailing slash; the backend looks it up without.
+        self.issuer = normalize_issuer(self.issuer)
+        self.subject = self.subject.strip()

@@ -2,19 +2,24 @@
 
 The provider's endpoints come from ``OIDC_ISSUER``'s discovery document, fetched at the first
 sign-in and kept for the life of the process (settings must load without the network), or
-from explicit ``OIDC_OP_*`` settings. Users are matched by the ``OIDC_USERNAME_CLAIM`` claim;
-membership of the ``operators`` group follows ``OIDC_OPERATOR_GROUPS`` at every sign-in.
-With ``OIDC_ONLY`` the password form is only a break-glass door for superusers.
+from explicit ``OIDC_OP_*`` settings. Accounts are found by the ID token's (``iss``, ``sub``)
+through `SsoIdentity`, never by a user name claim, which providers let change and reuse: the
+``OIDC_USERNAME_CLAIM`` claim only names the account a first sign-in creates. Membership of
+the ``operators`` group follows ``OIDC_OPERATOR_GROUPS`` at every sign-in. With
+``OIDC_ONLY`` the password form is only a break-glass door for superusers.
 
-This module is the one client of the provider's HTTP API (discovery here; token, userinfo and
-keys through mozilla-django-oidc). Nothing it logs or shows contains the client secret, a code
-or a token.
+This module is the one client of the provider's HTTP API: discovery, token, userinfo and keys,
+each call bounded by `provider_call` (``OIDC_TIMEOUT`` in total, `MAX_RESPONSE_BYTES`).
+Nothing it logs or shows contains the client secret, a code or a token.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import re
+import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +36,10 @@ from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.core.exceptions import SuspiciousOperation
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext, ngettext
@@ -44,7 +50,12 @@ from mozilla_django_oidc.views import (
     OIDCAuthenticationCallbackView,
     OIDCAuthenticationRequestView,
 )
+from requests.adapters import HTTPAdapter
+from requests.auth import HTTPBasicAuth
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from dashboard.models import SsoIdentity, normalize_issuer
 from dashboard.services import OPERATORS_GROUP, ensure_operators_group
 
 logger = logging.getLogger(__name__)
@@ -52,6 +63,7 @@ logger = logging.getLogger(__name__)
 # Django's own rule for user names (letters, digits and @.+-_), and its length limit.
 USERNAME_PATTERN = re.compile(r"^[\w.@+-]+\Z")
 USERNAME_MAX_LENGTH = 150
+SSO_FIELD_LENGTH = 255  # SsoIdentity.issuer and .subject; OpenID Connect caps `sub` at 255
 
 # Lazy: each is shown in the language of the request that fails.
 SSO_FAILED = _("Single sign-on did not sign you in. Please try again.")
@@ -63,6 +75,162 @@ SSO_UNVERIFIED = _(
     "That sign-in could not be verified: it may have expired or been started in another "
     "tab. Please sign in again."
 )
+
+
+# --- Bounded calls to the provider -------------------------------------------------------------
+
+# Discovery documents, key sets and userinfo answers are a few kilobytes; a megabyte is room
+# for the largest honest one and a cap on a hostile or broken provider.
+MAX_RESPONSE_BYTES = 1024 * 1024
+
+
+class ProviderAnswerRefused(requests.RequestException):
+    """The provider's answer is larger than MAX_RESPONSE_BYTES, or compressed."""
+
+
+class _Deadline:
+    """Shuts the call's sockets when its time is up, which wakes a blocked read at once.
+
+    `requests` has only per-read timeouts: a provider sending a byte every few seconds, in the
+    headers or the body, would keep a sign-in (and a server thread) waiting for ever.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self.expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._timer.cancel()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+
+    def expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # The plain socket's shutdown even for TLS: closing the TLS layer would race the reader.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+# The call in progress in this thread (connections are made in the calling thread).
+_current_deadline: contextvars.ContextVar[_Deadline | None] = contextvars.ContextVar(
+    "oidc_deadline", default=None
+)
+
+
+class _WatchedConnection:
+    """Hands each new connection's socket to the call's `_Deadline`."""
+
+    sock: socket.socket | None
+
+    def connect(self) -> None:
+        super().connect()  # type: ignore[misc]  # the urllib3 connection this is mixed into
+        deadline = _current_deadline.get()
+        if deadline is not None and self.sock is not None:
+            deadline.watch(self.sock)
+
+
+class _WatchedHTTPConnection(_WatchedConnection, HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_WatchedConnection, HTTPSConnection):
+    pass
+
+
+class _WatchedHTTPConnectionPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSConnectionPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+_WATCHED_POOLS = {"http": _WatchedHTTPConnectionPool, "https": _WatchedHTTPSConnectionPool}
+
+
+class _WatchedAdapter(HTTPAdapter):
+    """requests' adapter whose connections (direct or through a proxy) obey `_Deadline`."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _WATCHED_POOLS
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        manager.pool_classes_by_scheme = _WATCHED_POOLS
+        return manager
+
+
+def provider_call(method: str, url: str, **kwargs: Any) -> requests.Response:
+    """One request to the provider: OIDC_TIMEOUT seconds in all (redirects included), at most
+    MAX_RESPONSE_BYTES, read in full; failures are `requests` exceptions (``Timeout`` once the
+    deadline has passed), which the callers already answer.
+    """
+    seconds = float(settings.OIDC_TIMEOUT)
+    headers = {**kwargs.pop("headers", {}), "Accept-Encoding": "identity"}
+    token = _current_deadline.set(deadline := _Deadline(seconds))
+    try:
+        with deadline, requests.Session() as session:
+            session.mount("http://", _WatchedAdapter(max_retries=0))
+            session.mount("https://", _WatchedAdapter(max_retries=0))
+            with session.request(
+                method,
+                url,
+                headers=headers,
+                stream=True,
+                timeout=seconds,
+                verify=settings.OIDC_VERIFY_SSL,
+                proxies=getattr(settings, "OIDC_PROXY", None),
+                **kwargs,
+            ) as response:
+                body = _read_capped(response)
+                if deadline.expired:
+                    # A shut socket can look like a body that ended: never use a cut answer.
+                    raise requests.Timeout("deadline")
+                # requests' own slot for a body already read: json() and text read it from here.
+                response._content = body
+                return response
+    except (requests.RequestException, OSError) as exc:
+        if deadline.expired:
+            raise requests.Timeout(f"no whole answer from {url} within {seconds:g} s") from None
+        if isinstance(exc, requests.RequestException):
+            raise
+        raise requests.ConnectionError(f"{url}: {type(exc).__name__}") from None
+    finally:
+        _current_deadline.reset(token)
+
+
+def _read_capped(response: requests.Response) -> bytes:
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        # We asked for identity: a compressed answer could expand far past the cap.
+        raise ProviderAnswerRefused(f"compressed answer ({encoding[:20]})", response=response)
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
+        raise ProviderAnswerRefused("answer larger than the cap", response=response)
+    body = bytearray()
+    for chunk in response.iter_content(chunk_size=64 * 1024):
+        body += chunk
+        if len(body) > MAX_RESPONSE_BYTES:
+            raise ProviderAnswerRefused("answer larger than the cap", response=response)
+    return bytes(body)
 
 
 # --- The provider's endpoints -----------------------------------------------------------------
@@ -133,7 +301,7 @@ def provider_endpoints() -> ProviderEndpoints:
 def _fetch_discovery(issuer: str) -> dict[str, Any]:
     url = f"{issuer}/.well-known/openid-configuration"
     try:
-        response = requests.get(url, timeout=settings.OIDC_TIMEOUT, verify=settings.OIDC_VERIFY_SSL)
+        response = provider_call("GET", url)
         response.raise_for_status()
         document = response.json()
     except (requests.RequestException, ValueError) as exc:
@@ -179,7 +347,7 @@ class PasswordBackend(ModelBackend):
 
 
 class OidcBackend(OIDCAuthenticationBackend):
-    """Signs in the user named by the username claim; operators follow the groups claim."""
+    """Signs in the account bound to the token's (iss, sub); operators follow the groups claim."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Django builds every backend for each permission check: reading (let alone
@@ -216,10 +384,45 @@ class OidcBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation("The ID token was issued by another provider.")
         return payload
 
+    def get_token(self, payload: dict[str, Any]) -> dict[str, Any]:
+        # mozilla-django-oidc's, through provider_call.
+        auth = None
+        if self.get_settings("OIDC_TOKEN_USE_BASIC_AUTH", False):
+            auth = HTTPBasicAuth(payload.get("client_id"), payload.pop("client_secret", None))
+        response = provider_call("POST", self.OIDC_OP_TOKEN_ENDPOINT, data=payload, auth=auth)
+        self.raise_token_response_error(response)
+        token: dict[str, Any] = response.json()
+        return token
+
+    def retrieve_matching_jwk(self, token: bytes | str) -> jwt.PyJWK:
+        # mozilla-django-oidc's choice of key, from a key set fetched through provider_call.
+        response = provider_call("GET", self.OIDC_OP_JWKS_ENDPOINT)
+        response.raise_for_status()
+        header = jwt.get_unverified_header(token)
+        key = None
+        for jwk in response.json().get("keys", []):
+            if self.get_settings("OIDC_VERIFY_KID", True) and jwk.get("kid") != header.get("kid"):
+                continue
+            if "alg" in jwk and jwk["alg"] != header.get("alg"):
+                continue
+            key = jwk
+        if key is None:
+            raise SuspiciousOperation("Could not find a valid JWKS.")
+        return jwt.PyJWK(key)
+
     def get_userinfo(
         self, access_token: str, id_token: str, payload: dict[str, Any]
     ) -> dict[str, Any]:
-        userinfo: dict[str, Any] = super().get_userinfo(access_token, id_token, payload)
+        response = provider_call(
+            "GET", self.OIDC_OP_USER_ENDPOINT, headers={"Authorization": f"Bearer {access_token}"}
+        )
+        response.raise_for_status()
+        if response.headers.get("Content-Type", "").lower().startswith("application/jwt"):
+            userinfo: dict[str, Any] = self.verify_token(response.text)
+        else:
+            userinfo = response.json()
+        if not isinstance(userinfo, dict):
+            raise SuspiciousOperation("The userinfo answer is not a JSON object.")
         # OpenID Connect Core §5.3.2: userinfo about someone else must not be used.
         if userinfo.get("sub") != payload.get("sub"):
             raise SuspiciousOperation("The userinfo answer is about another subject.")
@@ -227,7 +430,41 @@ class OidcBackend(OIDCAuthenticationBackend):
         return {**payload, **userinfo}
 
     def verify_claims(self, claims: dict[str, Any]) -> bool:
-        if username_from_claims(claims) is None:
+        # Whose claims they are was checked in get_userinfo; what a first sign-in needs (a user
+        # name) is checked where an account is created, so a linked account can still sign in.
+        return True
+
+    def get_or_create_user(
+        self, access_token: str, id_token: str, payload: dict[str, Any]
+    ) -> AbstractBaseUser | None:
+        """The account bound to the ID token's (iss, sub); at a first sign-in, a new one."""
+        claims = self.get_userinfo(access_token, id_token, payload)
+        issuer = normalize_issuer(str(payload.get("iss") or ""))
+        subject = payload.get("sub")
+        if not issuer or not isinstance(subject, str) or not subject.strip():
+            raise SuspiciousOperation("The ID token names no issuer or no subject.")
+        if len(issuer) > SSO_FIELD_LENGTH or len(subject) > SSO_FIELD_LENGTH:
+            raise SuspiciousOperation("The ID token's issuer or subject is too long.")
+        bound = SsoIdentity.objects.select_related("user").filter(issuer=issuer, subject=subject)
+        identity = bound.first()
+        if identity is None:
+            try:
+                identity = self._bind_first_sign_in(issuer, subject, claims)
+            except IntegrityError:
+                # A sign-in in another tab bound this person (or took the name) a moment ago.
+                if (identity := bound.first()) is None:
+                    raise SuspiciousOperation("Two first sign-ins raced for one name.") from None
+            if identity is None:
+                return None
+        SsoIdentity.objects.filter(pk=identity.pk).update(last_login_at=timezone.now())
+        return self.update_user(identity.user, claims)
+
+    @transaction.atomic
+    def _bind_first_sign_in(
+        self, issuer: str, subject: str, claims: dict[str, Any]
+    ) -> SsoIdentity | None:
+        wanted = username_from_claims(claims)
+        if wanted is None:
             self._refuse(
                 gettext(
                     "Your single sign-on account has no usable user name (claim “%(claim)s”),"
@@ -236,22 +473,34 @@ class OidcBackend(OIDCAuthenticationBackend):
                 )
                 % {"claim": settings.OIDC_USERNAME_CLAIM},
                 log=f"claim {settings.OIDC_USERNAME_CLAIM!r} is missing or not a valid user name "
-                f"(sub {claims.get('sub')!r})",
+                f"(sub {subject!r})",
             )
-            return False
-        return True
-
-    def filter_users_by_claims(self, claims: dict[str, Any]) -> Any:
-        return self.UserModel.objects.filter(username=username_from_claims(claims))
-
-    @transaction.atomic
-    def create_user(self, claims: dict[str, Any]) -> AbstractBaseUser:
-        # No password argument: the user gets an unusable one and can only come in by SSO.
-        user = self.UserModel.objects.create_user(
-            username_from_claims(claims), email=_email(claims) or ""
-        )
-        logger.info("Created user %r at their first single sign-on", user.get_username())
-        return self.update_user(user, claims)
+            return None
+        namesake = self.UserModel.objects.filter(username=wanted).first()
+        if namesake is not None and not SsoIdentity.objects.filter(user=namesake).exists():
+            if namesake.is_superuser or namesake.is_staff or namesake.has_usable_password():
+                # The attack this stops: a provider account named "root" becoming the local
+                # break-glass superuser. Only a superuser's link (in the admin) joins the two.
+                self._refuse(
+                    gettext(
+                        "An account named “%(username)s” already exists on this dashboard and is"
+                        " not linked to your single sign-on account, so single sign-on does not"
+                        " sign you in to it. If it is yours, ask an administrator to link it."
+                    )
+                    % {"username": wanted},
+                    log=f"{wanted!r} is a local account (superuser, staff or password) not linked"
+                    f" to sub {subject!r} at {issuer}",
+                )
+                return None
+            # An account an earlier version created at this name's first sign-in (no password,
+            # no privileges) is taken over once, then bound to this subject for good.
+            logger.warning("Bound unlinked SSO account %r to sub %r at %s", wanted, subject, issuer)
+            user = namesake
+        else:
+            # No password: the account can only come in by single sign-on.
+            user = self.UserModel.objects.create_user(free_username(wanted), email=_email(claims))
+            logger.info("Created user %r for sub %r at %s", user.get_username(), subject, issuer)
+        return SsoIdentity.objects.create(user=user, issuer=issuer, subject=subject)
 
     @transaction.atomic
     def update_user(self, user: Any, claims: dict[str, Any]) -> Any:
@@ -287,6 +536,20 @@ def username_from_claims(claims: dict[str, Any]) -> str | None:
     if not value or len(value) > USERNAME_MAX_LENGTH or not USERNAME_PATTERN.match(value):
         return None
     return value
+
+
+def free_username(wanted: str) -> str:
+    """`wanted`, or else `wanted-2`, `wanted-3`…: the first no account has in any letter case.
+
+    Any letter case, so that "Root" from the provider never sits beside a local "root".
+    """
+    users = get_user_model().objects
+    candidate, number = wanted, 1
+    while users.filter(username__iexact=candidate).exists():
+        number += 1
+        suffix = f"-{number}"
+        candidate = wanted[: USERNAME_MAX_LENGTH - len(suffix)] + suffix
+    return candidate
 
 
 def claims_groups(claims: dict[str, Any]) -> set[str]:

@@ -8,18 +8,21 @@ browser at the provider with `requests`, and at the dashboard with Django's test
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import jwt
 import pytest
+import requests
 from axes.models import AccessAttempt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.core.exceptions import SuspiciousOperation
 from django.test import Client
 
+from dashboard.models import SsoIdentity
 from dashboard.oidc import (
     SSO_UNREACHABLE,
     OidcBackend,
@@ -27,6 +30,7 @@ from dashboard.oidc import (
     forget_provider,
     username_from_claims,
 )
+from tests.oidc_provider.hostile import HostileEndpoint, hostile_endpoint
 from tests.oidc_provider.server import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -43,6 +47,7 @@ USERS = {
     "olivia": ["platform", "sre-oncall"],
     "erin": ["developers"],
     "eve smith": ["sre-oncall"],  # not a valid user name here
+    "root": [],  # a provider account that shares its name with the break-glass superuser
 }
 
 
@@ -117,9 +122,9 @@ def test_operator_membership_is_reapplied_at_every_sign_in(sso: OidcProvider) ->
 def test_a_user_outside_the_operator_groups_is_signed_in_without_cluster_changes(
     sso: OidcProvider, django_user_model: Any
 ) -> None:
-    # A local account of the same name is the same person: SSO signs into it, and its
-    # operator membership now follows the provider's groups.
-    erin = django_user_model.objects.create_user("erin", password="engineer-pass-123")
+    # An account an earlier version created at erin's first sign-in (no password, no link
+    # yet): SSO takes it over once and binds it; its operator membership follows the groups.
+    erin = django_user_model.objects.create_user("erin")
     erin.groups.add(Group.objects.get(name="operators"))
     client = Client()
 
@@ -129,6 +134,7 @@ def test_a_user_outside_the_operator_groups_is_signed_in_without_cluster_changes
     assert client.get("/api/v1/me").json() == {"username": "erin", "can_change_clusters": False}
     assert not is_operator("erin")
     assert django_user_model.objects.filter(username="erin").count() == 1
+    assert SsoIdentity.objects.get(user=erin).subject == sso.subjects["erin"]
 
 
 @pytest.mark.parametrize(
@@ -242,6 +248,211 @@ def test_without_sso_there_is_no_button_and_its_urls_are_404(client: Client) -> 
     assert "single sign-on" not in page and 'id="password-login"' in page
     assert client.get("/oidc/authenticate/").status_code == 404
     assert client.get("/oidc/callback/").status_code == 404
+
+
+# --- Which account: the provider's (iss, sub), never a user name claim ------------------------
+
+
+def signed_in_as(client: Client) -> str | None:
+    user_id = client.session.get("_auth_user_id")
+    return get_user_model().objects.get(pk=user_id).username if user_id else None
+
+
+@pytest.mark.parametrize("with_password", [True, False], ids=["with-password", "no-password"])
+def test_a_provider_account_named_root_does_not_become_the_local_superuser(
+    sso: OidcProvider, settings: Any, django_user_model: Any, with_password: bool
+) -> None:
+    # The audit's case: OIDC_ONLY, a provider user "root" in no operator group, and the local
+    # break-glass superuser "root". A name claim is neither unique nor stable (OIDC Core §5.7).
+    settings.OIDC_ONLY = True
+    django_user_model.objects.create_superuser(
+        "root", password="break-glass-pass-123" if with_password else None
+    )
+    client = Client()
+
+    response = sign_in(client, sso, "root")
+
+    assert response.status_code == 302 and response["Location"] == "/login/"
+    page = client.get("/login/").content.decode()
+    assert "An account named “root” already exists on this dashboard and is not linked" in page
+    assert signed_in_as(client) is None
+    assert client.get("/").status_code == 302
+    assert django_user_model.objects.count() == 1 and not SsoIdentity.objects.exists()
+
+
+def link_in_admin(user: Any, issuer: str, subject: str, *, by: Any) -> Any:
+    admin = Client()
+    admin.force_login(by)
+    return admin.post(
+        "/admin/dashboard/ssoidentity/add/",
+        {"user": user.pk, "issuer": issuer, "subject": subject},
+    )
+
+
+def test_a_local_password_account_is_refused_until_a_superuser_links_it(
+    sso: OidcProvider, django_user_model: Any
+) -> None:
+    erin = django_user_model.objects.create_user("erin", password="engineer-pass-123")
+    erin.groups.add(Group.objects.get(name="operators"))
+    client = Client()
+
+    refused = sign_in(client, sso, "erin")
+
+    assert refused["Location"] == "/login/" and signed_in_as(client) is None
+    assert "An account named “erin” already exists" in client.get("/login/").content.decode()
+    assert is_operator("erin"), "a refused sign-in changes nothing"
+
+    root = django_user_model.objects.create_superuser("root", password="break-glass-pass-123")
+    admin = Client()
+    admin.force_login(root)
+    form = admin.get("/admin/dashboard/ssoidentity/add/").content.decode()
+    assert f'value="{sso.issuer}"' in form, "the issuer is filled in from OIDC_ISSUER"
+    # The issuer as an admin may paste it, with a trailing slash.
+    linked = link_in_admin(erin, f"{sso.issuer}/", sso.subjects["erin"], by=root)
+    assert linked.status_code == 302, linked.content.decode()
+    response = sign_in(client, sso, "erin")
+
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert signed_in_as(client) == "erin"
+    assert client.session["_auth_user_id"] == str(erin.pk)
+    assert not is_operator("erin"), "groups follow the provider on a linked account too"
+    erin.refresh_from_db()
+    assert erin.has_usable_password(), "the local password stays for the password form"
+    identity = SsoIdentity.objects.get(user=erin)
+    assert identity.issuer == sso.issuer and identity.last_login_at is not None
+
+
+def test_a_superuser_linked_by_an_admin_signs_in_by_sso(
+    sso: OidcProvider, settings: Any, django_user_model: Any
+) -> None:
+    settings.OIDC_ONLY = True
+    root = django_user_model.objects.create_superuser("root", password="break-glass-pass-123")
+    SsoIdentity.objects.create(user=root, issuer=sso.issuer, subject=sso.subjects["root"])
+    client = Client()
+
+    response = sign_in(client, sso, "root")
+
+    assert response["Location"] == "/" and signed_in_as(client) == "root"
+
+
+def test_only_superusers_may_add_or_change_links(sso: OidcProvider, django_user_model: Any) -> None:
+    staff = django_user_model.objects.create_user("sam", password="staff-pass-123", is_staff=True)
+    staff.user_permissions.set(
+        Permission.objects.filter(content_type__model__in=["ssoidentity", "user"])
+    )
+    erin = django_user_model.objects.create_user("erin", password="engineer-pass-123")
+
+    response = link_in_admin(erin, sso.issuer, sso.subjects["erin"], by=staff)
+
+    assert response.status_code == 403
+    assert not SsoIdentity.objects.exists()
+    assert sign_in(Client(), sso, "erin")["Location"] == "/login/"
+
+
+def test_a_changed_preferred_username_keeps_the_same_account(
+    sso: OidcProvider, django_user_model: Any
+) -> None:
+    sign_in(Client(), sso, "olivia")
+    olivia = django_user_model.objects.get(username="olivia")
+
+    sso.seed(users={"olivia": USERS["olivia"]}, preferred_usernames={"olivia": "olivia.k"})
+    client = Client()
+    sign_in(client, sso, "olivia")
+
+    assert client.session["_auth_user_id"] == str(olivia.pk)
+    assert not django_user_model.objects.filter(username="olivia.k").exists()
+    assert django_user_model.objects.count() == 1
+
+
+def test_two_provider_users_with_one_preferred_username_get_two_accounts(
+    sso: OidcProvider, django_user_model: Any
+) -> None:
+    sign_in(Client(), sso, "olivia")
+    # erin (another `sub`) now calls herself "olivia" at the provider.
+    sso.seed(users={"erin": USERS["erin"]}, preferred_usernames={"erin": "olivia"})
+    client = Client()
+
+    response = sign_in(client, sso, "erin")
+
+    assert response["Location"] == "/"
+    assert signed_in_as(client) == "olivia-2"
+    assert client.get("/api/v1/me").json() == {"username": "olivia-2", "can_change_clusters": False}
+    assert is_operator("olivia"), "the first olivia keeps her account and her groups"
+    subjects = dict(SsoIdentity.objects.values_list("user__username", "subject"))
+    assert subjects == {"olivia": sso.subjects["olivia"], "olivia-2": sso.subjects["erin"]}
+
+
+def test_a_suffixed_name_never_sits_beside_a_local_name_in_another_letter_case(
+    sso: OidcProvider, django_user_model: Any
+) -> None:
+    django_user_model.objects.create_superuser("root", password="break-glass-pass-123")
+    sso.seed(users={"erin": USERS["erin"]}, preferred_usernames={"erin": "Root"})
+    client = Client()
+
+    sign_in(client, sso, "erin")
+
+    assert signed_in_as(client) == "Root-2"
+    assert not get_user_model().objects.get(username="Root-2").is_superuser
+
+
+# --- Every call to the provider is bounded in time and size ------------------------------------
+
+
+@pytest.fixture
+def hostile(settings: Any) -> Iterator[HostileEndpoint]:
+    settings.OIDC_TIMEOUT = 1
+    with hostile_endpoint() as endpoint:
+        yield endpoint
+
+
+@pytest.mark.parametrize("behaviour", ["drip-headers", "drip-body", "huge", "huge-chunked", "gzip"])
+def test_discovery_is_bounded_in_time_and_size(
+    sso: OidcProvider, settings: Any, hostile: HostileEndpoint, behaviour: str
+) -> None:
+    issuer = f"{hostile.url}/{behaviour}"
+    hostile.document = {
+        "issuer": issuer,
+        "authorization_endpoint": f"{sso.issuer}/authorize",
+        "token_endpoint": f"{sso.issuer}/token",
+        "userinfo_endpoint": f"{sso.issuer}/userinfo",
+        "jwks_uri": f"{sso.issuer}/jwks",
+    }
+    settings.OIDC_ISSUER = issuer
+    started = time.monotonic()
+
+    response = Client().get("/oidc/authenticate/", follow=True)
+
+    assert time.monotonic() - started < 3, "OIDC_TIMEOUT is the call's whole time"
+    assert response.redirect_chain == [("/login/", 302)]
+    assert "could not be reached" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "behaviour"),
+    [("JWKS", "drip-headers"), ("JWKS", "drip-body"), ("USER", "huge"), ("TOKEN", "drip-body")],
+)
+def test_token_userinfo_and_key_calls_are_bounded(
+    sso: OidcProvider, settings: Any, hostile: HostileEndpoint, endpoint: str, behaviour: str
+) -> None:
+    settings.OIDC_ISSUER = None
+    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = f"{sso.issuer}/authorize"
+    for name, path in (("TOKEN", "token"), ("USER", "userinfo"), ("JWKS", "jwks")):
+        setattr(settings, f"OIDC_OP_{name}_ENDPOINT", f"{sso.issuer}/{path}")
+    setattr(settings, f"OIDC_OP_{endpoint}_ENDPOINT", f"{hostile.url}/{behaviour}")
+    # What the provider would answer, so that only the bound can refuse it.
+    hostile.document = {
+        "JWKS": requests.get(f"{sso.issuer}/jwks", timeout=5).json(),
+        "USER": {"sub": sso.subjects["olivia"], "preferred_username": "olivia"},
+        "TOKEN": {"access_token": "a", "id_token": "b", "token_type": "bearer"},
+    }[endpoint]
+    client = Client()
+    started = time.monotonic()
+
+    response = sign_in(client, sso, "olivia")
+
+    assert time.monotonic() - started < 5
+    assert response["Location"] == "/login/" and signed_in_as(client) is None
+    assert "could not be reached" in client.get("/login/").content.decode()
 
 
 # --- The backend's rules, on claims and tokens built here ----------------------------------------

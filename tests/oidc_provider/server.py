@@ -46,6 +46,7 @@ class OidcProvider:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         self.process: subprocess.Popen[bytes] | None = None
+        self.subjects: dict[str, str] = {}  # user name → `sub`, as seeded
 
     def manage(self, *args: str) -> str:
         result = subprocess.run(
@@ -62,15 +63,26 @@ class OidcProvider:
         return result.stdout
 
     def seed(
-        self, *, redirect_uris: list[str] | None = None, users: dict[str, list[str]] | None = None
-    ) -> None:
-        """Register the dashboard's redirect URIs and set users' groups (password: name-pass)."""
+        self,
+        *,
+        redirect_uris: list[str] | None = None,
+        users: dict[str, list[str]] | None = None,
+        preferred_usernames: dict[str, str] | None = None,
+    ) -> dict[str, str]:
+        """Register the dashboard's redirect URIs and set users' groups (password: name-pass).
+
+        A user's `preferred_username` claim is their name unless `preferred_usernames` gives
+        another. Returns (and keeps in `subjects`) each seeded user's `sub`.
+        """
         args = ["seed_provider", "--client-id", CLIENT_ID, "--client-secret", CLIENT_SECRET]
         for uri in redirect_uris or []:
             args += ["--redirect-uri", uri]
+        preferred = preferred_usernames or {}
         for name, groups in (users or {}).items():
-            args += ["--user", f"{name}:{name}-pass:{','.join(groups)}"]
-        self.manage(*args)
+            args += ["--user", f"{name}:{name}-pass:{','.join(groups)}:{preferred.get(name, '')}"]
+        output = self.manage(*args)
+        self.subjects.update(re.findall(r"^subject (.+) (\S+)$", output, flags=re.MULTILINE))
+        return self.subjects
 
     def start(self) -> None:
         self.manage("migrate", "--noinput", "-v", "0")

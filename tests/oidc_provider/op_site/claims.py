@@ -3,10 +3,12 @@
 from typing import Any
 
 from oidc_provider.lib.claims import ScopeClaims
+from op_site.models import Profile
 
 
 def userinfo(claims: dict[str, Any], user: Any) -> dict[str, Any]:
-    claims["preferred_username"] = user.username
+    profile = Profile.objects.filter(user=user).first()
+    claims["preferred_username"] = (profile and profile.preferred_username) or user.username
     claims["email"] = user.email
     claims["email_verified"] = True
     claims["given_name"] = user.first_name

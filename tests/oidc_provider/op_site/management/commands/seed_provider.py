@@ -1,14 +1,17 @@
 """Set up the test provider: a signing key, one client, and users with their groups.
 
 Safe to run again: the client's redirect URIs (when given) and each named user's password,
-e-mail and groups are replaced by what is given.
+e-mail, groups and preferred_username are replaced by what is given. Prints each named user's
+`sub` ("subject NAME SUB"), which a test needs to link a dashboard account.
 """
 
 from typing import Any
 
 from django.contrib.auth.models import Group, User
 from django.core.management import BaseCommand, call_command
+from oidc_provider import settings as op_settings
 from oidc_provider.models import Client, ResponseType, RSAKey
+from op_site.models import Profile
 
 
 class Command(BaseCommand):
@@ -22,10 +25,12 @@ class Command(BaseCommand):
             "--user",
             action="append",
             default=[],
-            help="name:password:group,group (groups may be empty)",
+            help="name:password:group,group[:preferred_username] (groups may be empty;"
+            " preferred_username defaults to the name)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        sub_generator = op_settings.get("OIDC_IDTOKEN_SUB_GENERATOR", import_str=True)
         if not RSAKey.objects.exists():
             call_command("creatersakey", stdout=self.stdout)
         if options["client_id"]:
@@ -45,7 +50,7 @@ class Command(BaseCommand):
                 client.save()
             client.response_types.set([ResponseType.objects.get(value="code")])
         for spec in options["user"]:
-            name, password, groups = spec.split(":", 2)
+            name, password, groups, *preferred = spec.split(":", 3)
             user, _ = User.objects.get_or_create(username=name)
             user.set_password(password)
             user.email = f"{name.replace(' ', '.')}@example.org"
@@ -54,4 +59,8 @@ class Command(BaseCommand):
             user.groups.set(
                 [Group.objects.get_or_create(name=group)[0] for group in groups.split(",") if group]
             )
+            Profile.objects.update_or_create(
+                user=user, defaults={"preferred_username": "".join(preferred)}
+            )
+            self.stdout.write(f"subject {name} {sub_generator(user)}")
         self.stdout.write("seeded")
