@@ -380,8 +380,12 @@ ALERT_RETRY_HOURS = env_int("ALERT_RETRY_HOURS", 24, minimum=1)
 ALERT_VIEWER_SILENCE_MAX_HOURS = env_int(
     "ALERT_VIEWER_SILENCE_MAX_HOURS", 4, minimum=0, maximum=720
 )
-# Chat and webhook channels (alerts.AlertChannel): each post's connect + read timeout.
+# Chat and webhook channels (alerts.AlertChannel): each socket operation's timeout...
 ALERT_CHANNEL_TIMEOUT = env_int("ALERT_CHANNEL_TIMEOUT", 10, minimum=1, maximum=120)
+# ...and the whole post's (connect, sending, the answer): a trickling endpoint is a retry.
+ALERT_CHANNEL_DEADLINE_SECONDS = env_int(
+    "ALERT_CHANNEL_DEADLINE_SECONDS", 30, minimum=1, maximum=300
+)
 # Unset: one more leaseDurationSeconds of each lease.
 ALERT_LEASE_GRACE_SECONDS: int | None = (
     env_int("ALERT_LEASE_GRACE_SECONDS", 0, minimum=0)
@@ -606,7 +610,15 @@ CONTENT_SECURITY_POLICY = {
 # Each account is polled this often; its data counts as stale after three missed polls.
 NKS_POLL_SECONDS = env_int("NKS_POLL_SECONDS", 30, minimum=5, maximum=3600)
 NKS_POLL_WORKERS = env_int("NKS_POLL_WORKERS", 32, minimum=1, maximum=256)
+# Each socket operation's limit (connect at most 5 s of it, each read, each write)...
 NKS_HTTP_TIMEOUT = env_int("NKS_HTTP_TIMEOUT", 20, minimum=1, maximum=300)
+# ...and each whole client call's: connect, every read, the body, retries, their waits and
+# any token request; a server trickling bytes cannot hold a poll past it. Answers larger
+# than NKS_HTTP_MAX_BODY_BYTES (or compressed: identity is asked for) are refused unread.
+NKS_HTTP_DEADLINE_SECONDS = env_int("NKS_HTTP_DEADLINE_SECONDS", 30, minimum=1, maximum=600)
+NKS_HTTP_MAX_BODY_BYTES = env_int(
+    "NKS_HTTP_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=64 * 1024, maximum=256 * 1024 * 1024
+)
 NKS_MAX_NODES_PER_NODEGROUP = env_int("NKS_MAX_NODES_PER_NODEGROUP", 10, minimum=1, maximum=1000)
 NKS_HEALTH_HISTORY_DAYS = env_int("NKS_HEALTH_HISTORY_DAYS", 7, minimum=1, maximum=366)
 # After a resize is sent, its progress is read back this often, for at most this long.

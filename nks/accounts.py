@@ -14,7 +14,7 @@ from django.utils.translation import gettext
 
 from dashboard.encryption import secret_problem
 from nks import client as nks
-from nks.models import NksAccount
+from nks.models import NksAccount, nks_url_problem
 
 _clients: dict[int, tuple[tuple[Any, ...], nks.NksClient]] = {}
 _clients_lock = threading.Lock()
@@ -35,9 +35,17 @@ def client_for(account: NksAccount) -> nks.NksClient:
             status=None,
             kind=nks.ErrorKind.CLIENT,
         )
+    for url in (account.api_url, account.identity_url):
+        # A row stored before these checks, or written around the forms: refused here too.
+        url_problem = nks_url_problem(url) if url else None
+        if url_problem is not None:
+            raise nks.NksError(url_problem, retryable=False, status=None, kind=nks.ErrorKind.CLIENT)
     fingerprint = (
         *account.credentials_fingerprint(),
         settings.NKS_HTTP_TIMEOUT,
+        settings.NKS_HTTP_DEADLINE_SECONDS,
+        settings.NKS_HTTP_MAX_BODY_BYTES,
+        settings.PRODUCTION,
         settings.NKS_HTTP_RETRIES,
         settings.NKS_HTTP_BACKOFF,
         settings.NKS_POLL_WORKERS,
@@ -64,6 +72,9 @@ def client_for(account: NksAccount) -> nks.NksClient:
             backoff=settings.NKS_HTTP_BACKOFF,
             max_backoff=max(settings.NKS_HTTP_BACKOFF, 8.0 if settings.NKS_HTTP_BACKOFF else 0),
             max_connections=settings.NKS_POLL_WORKERS,
+            deadline=float(settings.NKS_HTTP_DEADLINE_SECONDS),
+            max_body=settings.NKS_HTTP_MAX_BODY_BYTES,
+            require_https=settings.PRODUCTION,
         )
         if cached is not None:
             cached[1].close()

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from dashboard.encryption import EncryptedTextField
@@ -53,6 +55,30 @@ class Health(models.TextChoices):
 
 # Worst first: the order of the clusters page.
 HEALTH_RANK = {Health.DOWN: 0, Health.DEGRADED: 1, Health.UNKNOWN: 2, Health.HEALTHY: 3}
+
+
+def nks_url_problem(url: str) -> str | None:
+    """Why the dashboard must not send an account's credentials to ``url``, or None.
+
+    Never quotes the URL: user info in it is exactly what must not reach a page or a mail.
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError:
+        return gettext("The URL is not a valid URL.")
+    if "@" in parts.netloc:
+        # It would show in every error naming the host, and from there in incidents and mail.
+        return gettext(
+            "The URL must not contain a user name or password; give the credentials in their "
+            "own fields."
+        )
+    if settings.PRODUCTION and parts.scheme != "https":
+        return gettext(
+            "The URL must start with https:// in production (the password and "
+            "tokens would travel in clear)."
+        )
+    return None
 
 
 class NksAccount(models.Model):
@@ -106,6 +132,13 @@ class NksAccount(models.Model):
         return self.name
 
     def clean(self) -> None:
+        problems = {
+            field: problem
+            for field in ("api_url", "identity_url")
+            if getattr(self, field) and (problem := nks_url_problem(getattr(self, field)))
+        }
+        if problems:
+            raise ValidationError(problems)
         identity = [self.identity_url, self.tenant_id, self.username, self.password]
         if self.token and any(identity):
             raise ValidationError("Give either a token or identity credentials, not both.")

@@ -3,7 +3,9 @@
 The webhook URL is the channel's credential (whoever has it can post), so nothing here puts
 it in an exception, a log line or a stored answer: httpx's own errors name the URL, so they
 are reduced to what went wrong. Redirects are never followed: a redirect would carry the
-message (and, for a webhook, its signature) to a host the operator did not name.
+message (and, for a webhook, its signature) to a host the operator did not name. A post is
+bounded in total (``deadline``: connect, sending, every read of the answer) and its answer in
+size (``RESPONSE_BODY_LIMIT``, compressed answers refused) by ``dashboard.outbound_http``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from dashboard import outbound_http
+
 # How much of an endpoint's answer is kept on the row: enough to see why it refused.
 RESPONSE_LIMIT = 500
+# The most of an answer read at all: an endpoint's reply is a status and a short text.
+RESPONSE_BODY_LIMIT = 64 * 1024
 # A Retry-After longer than this is not believed (a misconfigured proxy's "come back
 # tomorrow" must not silence alerts for a day); the row retries after this instead.
 RETRY_AFTER_MAX_SECONDS = 3600
@@ -110,10 +116,14 @@ def post(
     body: bytes,
     *,
     timeout: float,
+    deadline: float,
     signing_secret: str = "",
     now: datetime | None = None,
 ) -> PostResult:
-    """POST `body` (JSON) to `url` once and say what came of it; never raises for HTTP."""
+    """POST `body` (JSON) to `url` once and say what came of it; never raises for HTTP.
+
+    `timeout` bounds each socket operation, `deadline` the whole post.
+    """
     headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT}
     moment = now or datetime.now(UTC)
     if signing_secret:
@@ -121,8 +131,19 @@ def post(
         headers[TIMESTAMP_HEADER] = timestamp
         headers[SIGNATURE_HEADER] = signature(signing_secret, timestamp, body)
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
-            response = client.post(url, content=body, headers=headers)
+        with outbound_http.bounded_client(timeout=httpx.Timeout(timeout)) as client:
+            response = outbound_http.send(
+                client,
+                "POST",
+                url,
+                content=body,
+                headers=headers,
+                deadline=outbound_http.Deadline(deadline),
+                max_body=RESPONSE_BODY_LIMIT,
+            )
+    except outbound_http.OutboundError as error:
+        # Whatever the status was, the answer never came whole: the same post may do better.
+        return PostResult(Outcome.RETRY, str(error))
     except httpx.TimeoutException:
         return PostResult(Outcome.RETRY, f"no answer within {timeout:g} s (timed out)")
     except httpx.HTTPError as error:

@@ -3,14 +3,17 @@
 Built when the message is planned, in the channel's language and time zone (the caller
 activates both), and stored on the row as posted, like a rendered e-mail. Names from the
 clusters (leases, holders, NKS strings) are data: in Slack's mrkdwn `&`, `<` and `>` are
-escaped (so a lease name cannot become a link or an @channel), in Dooray!'s plain fields
-control characters are shown as escapes, and in the webhook's JSON they are just strings.
+escaped (so a lease name cannot become a link or an @channel); Dooray! renders markdown, so
+there its link and emphasis characters get a backslash (`dooray_escape`: a lease named
+`[click](https://evil.example)` stays text), and control characters are shown as escapes; in
+the webhook's JSON they are just strings, for machines, which must escape them for a format.
 None of it ever reaches an HTTP header.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +48,19 @@ COLORS = {
 def slack_escape(text: object) -> str:
     """Data for Slack mrkdwn: only these three are control characters there (Slack's docs)."""
     return visible(text, 500).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# CommonMark's link, autolink/HTML and emphasis characters, and the backslash itself.
+_MARKDOWN = re.compile(r"([\\`*_~\[\]<>])")
+
+
+def dooray_escape(text: object) -> str:
+    """Data for Dooray!'s markdown: shown as written, never a link, an image or emphasis."""
+    return _MARKDOWN.sub(r"\\\1", visible(text))
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 def alerts_url() -> str:
@@ -89,12 +105,20 @@ def _state_line(incident: Incident, now: datetime) -> str:
     }
 
 
-def _lines(summary: Mapping[str, Any], incident: Incident, now: datetime) -> list[str]:
-    """The state, the resolution note (if any) and the first facts, in the active language."""
+def _lines(
+    summary: Mapping[str, Any],
+    incident: Incident,
+    now: datetime,
+    data: Callable[[str], str] = _as_is,
+) -> list[str]:
+    """The state, the resolution note (if any) and the first facts, in the active language.
+
+    ``data`` escapes what the clusters wrote for the channel's format.
+    """
     lines = [_state_line(incident, now)]
     if summary["resolution"]:
-        lines.append(summary["resolution"])
-    lines += [f"{fact['label']}: {fact['text']}" for fact in summary["facts"][:FACTS_IN_CHAT]]
+        lines.append(data(summary["resolution"]))
+    lines += [f"{fact['label']}: {data(fact['text'])}" for fact in summary["facts"][:FACTS_IN_CHAT]]
     return lines
 
 
@@ -106,10 +130,10 @@ def _color(kind: str, incident: Incident) -> str:
     return COLORS.get(incident.severity, COLORS["warning"])
 
 
-def _incident_line(summary: Mapping[str, Any]) -> str:
+def _incident_line(summary: Mapping[str, Any], data: Callable[[str], str] = _as_is) -> str:
     return gettext("[%(severity)s] %(title)s") % {
         "severity": summary["severity_label"],
-        "title": summary["title"],
+        "title": data(summary["title"]),
     }
 
 
@@ -132,9 +156,9 @@ def dooray(kind: str, incidents: Sequence[Incident], now: datetime) -> dict[str,
         summary = incident_summary(incident, now)
         attachments.append(
             {
-                "title": _incident_line(summary),
+                "title": _incident_line(summary, dooray_escape),
                 "titleLink": summary["url"],
-                "text": "\n".join(_lines(summary, incident, now)),
+                "text": "\n".join(_lines(summary, incident, now, dooray_escape)),
                 "color": _color(kind, incident),
             }
         )
@@ -335,7 +359,7 @@ def summary(
     if kind_ == ChannelKind.DOORAY:
         attachments: list[dict[str, Any]] = [
             {
-                "title": _incident_line(incident_summary(incident, now)),
+                "title": _incident_line(incident_summary(incident, now), dooray_escape),
                 "titleLink": absolute(incident.get_absolute_url()),
                 "color": _color(kind, incident),
             }
@@ -392,5 +416,8 @@ def probe_message(channel_kind: str, channel_name: str, now: datetime) -> dict[s
             "incidents": [],
         }
     if kind_ == ChannelKind.DOORAY:
+        text = gettext(
+            "Test message from the lease dashboard to the channel %(name)s: it can reach you."
+        ) % {"name": dooray_escape(channel_name)}
         return {"botName": bot_name(), "text": text, "attachments": []}
     return {"text": slack_escape(text), "blocks": [_slack_section(slack_escape(text))]}

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
 from django.utils.translation import gettext, pgettext
 
+from dashboard import outbound_http
 from nks.client.parsing import as_text
 from nks.client.types import Timeouts
 
@@ -443,4 +445,82 @@ def transport_error(
         retryable=retryable,
         status=None,
         kind=ErrorKind.CONNECTION,
+    )
+
+
+def host_of(url: str | None) -> str:
+    """``host[:port]`` of ``url``: what error messages name, never a user name or password."""
+    try:
+        parts = urlsplit(url or "")
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "?"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{port}" if port else host
+
+
+def bounded_error(
+    method: str,
+    path: str,
+    exc: outbound_http.OutboundError,
+    *,
+    idempotent: bool,
+    host: str,
+    identity: bool = False,
+) -> NksError:
+    """The error for an exchange stopped by its bounds: too slow in total, too big, compressed.
+
+    Only a call past its deadline may succeed later; an answer too big or compressed will be
+    the same next time. For a write, any of them may come after NKS took the request.
+    """
+    values = {"method": method, "path": path, "host": host}
+    if isinstance(exc, outbound_http.DeadlineExceeded):
+        values["limit"] = f"{exc.seconds:g}"
+        message = (
+            gettext(
+                "The identity service at %(host)s took longer than %(limit)s s in total for "
+                "%(method)s %(path)s"
+            )
+            if identity
+            else gettext(
+                "NKS at %(host)s took longer than %(limit)s s in total for %(method)s %(path)s"
+            )
+        ) % values
+        return NksError(
+            uncertain(message, idempotent),
+            retryable=idempotent,
+            status=None,
+            kind=ErrorKind.TIMEOUT,
+        )
+    if isinstance(exc, outbound_http.BodyTooLarge):
+        values["limit"] = outbound_http.format_size(exc.limit)
+        message = (
+            gettext(
+                "The identity service at %(host)s answered %(method)s %(path)s with an answer "
+                "larger than %(limit)s"
+            )
+            if identity
+            else gettext(
+                "NKS at %(host)s answered %(method)s %(path)s with an answer larger than %(limit)s"
+            )
+        ) % values
+    else:
+        values["encoding"] = text_excerpt(getattr(exc, "encoding", ""))
+        message = (
+            gettext(
+                "The identity service at %(host)s answered %(method)s %(path)s compressed as "
+                "%(encoding)s, which was not asked for"
+            )
+            if identity
+            else gettext(
+                "NKS at %(host)s answered %(method)s %(path)s compressed as %(encoding)s, which "
+                "was not asked for"
+            )
+        ) % values
+    return NksError(
+        uncertain(message, idempotent),
+        retryable=False,
+        status=None,
+        kind=ErrorKind.BAD_RESPONSE,
     )

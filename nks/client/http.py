@@ -19,10 +19,13 @@ import httpx
 import orjson
 from django.utils.translation import gettext
 
+from dashboard import outbound_http
 from nks.client.errors import (
     ErrorKind,
     NksError,
     RetryPolicy,
+    bounded_error,
+    host_of,
     looks_like_html,
     reason_phrase,
     server_excerpt,
@@ -47,6 +50,24 @@ T = TypeVar("T")
 
 API_VERSION_HEADER = "container-infra latest"
 USER_AGENT = "lease-dashboard-nks-client/1.0"
+# One call's bounds, retries and identity calls included (settings NKS_HTTP_DEADLINE_SECONDS
+# and NKS_HTTP_MAX_BODY_BYTES): a trickling or bloated answer cannot hold a poll for ever.
+DEFAULT_DEADLINE = 30.0
+DEFAULT_MAX_BODY = 8 * 1024 * 1024
+
+
+def check_url(url: str, *, require_https: bool) -> None:
+    """Refuse what must never be sent to: user info in the URL, or http where https is due.
+
+    The messages name the problem, never the URL (it would carry the user info).
+    """
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        raise ValueError("an NKS URL must not carry a user name or password")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("an NKS URL must be an http:// or https:// URL with a host")
+    if require_https and parts.scheme != "https":
+        raise ValueError("an NKS URL must use https:// in production")
 
 
 class NksClient:
@@ -72,6 +93,9 @@ class NksClient:
         max_backoff: float = 8.0,
         max_retry_after: float = 30.0,
         max_connections: int = 32,
+        deadline: float = DEFAULT_DEADLINE,
+        max_body: int = DEFAULT_MAX_BODY,
+        require_https: bool = False,
     ) -> None:
         has_credentials = all((identity_url, tenant_id, username, password))
         if not token and not has_credentials:
@@ -84,6 +108,11 @@ class NksClient:
             raise ValueError("NksClient takes token= or identity credentials, not both")
         if retries < 0 or backoff < 0 or max_connections < 1:
             raise ValueError("retries and backoff must be >= 0 and max_connections >= 1")
+        if deadline <= 0 or max_body < 1:
+            raise ValueError("deadline and max_body must be positive")
+        for url in (api_url, identity_url):
+            if url:
+                check_url(url, require_https=require_https)
         self.api_url = api_url.rstrip("/")
         self.identity_url = identity_url.rstrip("/") if identity_url else None
         self.tenant_id = tenant_id
@@ -92,6 +121,8 @@ class NksClient:
         self.max_backoff = max_backoff
         self.max_retry_after = max_retry_after
         self.max_connections = max_connections
+        self.deadline = deadline
+        self.max_body = max_body
         self._retry = RetryPolicy(
             retries=retries,
             backoff=backoff,
@@ -107,7 +138,7 @@ class NksClient:
         else:
             timeouts = Timeouts(connect=timeout, read=timeout, write=timeout, pool=timeout)
         self.timeouts = timeouts
-        self._http = httpx.Client(
+        self._http = outbound_http.bounded_client(
             base_url=self.api_url,
             timeout=httpx.Timeout(
                 connect=timeouts.connect,
@@ -121,9 +152,9 @@ class NksClient:
                 keepalive_expiry=30.0,
             ),
             headers={"User-Agent": USER_AGENT},
-            # A redirect from an API is a misconfiguration (http vs https, wrong region); following
-            # it could also carry the token to another host.
-            follow_redirects=False,
+            # Redirects are never followed: from an API one is a misconfiguration (http vs
+            # https, wrong region), and following it could carry the token to another host.
+            proxy=outbound_http.environment_proxy(self.api_url),
         )
         self._tokens = TokenSource(
             self._http,
@@ -134,11 +165,12 @@ class NksClient:
             password=password,
             retry=self._retry,
             count_request=self._count_request,
+            max_body=max_body,
         )
 
     def __repr__(self) -> str:
-        source = "fixed token" if self._tokens.fixed else f"identity {self.identity_url}"
-        return f"<NksClient {self.api_url} ({source})>"
+        source = "fixed token" if self._tokens.fixed else f"identity {host_of(self.identity_url)}"
+        return f"<NksClient {host_of(self.api_url)} ({source})>"
 
     def __enter__(self) -> Self:
         return self
@@ -287,10 +319,13 @@ class NksClient:
         json_body: Mapping[str, Any] | None,
         idempotent: bool,
     ) -> dict[str, Any]:
+        # One deadline for the whole call: every attempt, the waits between them and any
+        # token request share it, so retries cannot multiply it.
+        deadline = outbound_http.Deadline(self.deadline)
         attempt = 0
         renewed_after_rejection = False
         while True:
-            token = self._tokens.current()
+            token = self._tokens.current(deadline)
             headers = {
                 "Accept": "application/json",
                 "Content-Type": "application/json",
@@ -300,14 +335,26 @@ class NksClient:
             content = orjson.dumps(json_body) if json_body is not None else None
             self._count_request()
             try:
-                response = self._http.request(method, path, headers=headers, content=content)
+                response = outbound_http.send(
+                    self._http,
+                    method,
+                    path,
+                    headers=headers,
+                    content=content,
+                    deadline=deadline,
+                    max_body=self.max_body,
+                )
+            except outbound_http.OutboundError as exc:
+                error = bounded_error(
+                    method, path, exc, idempotent=idempotent, host=host_of(self.api_url)
+                )
             except httpx.RequestError as exc:
                 error = transport_error(
                     method,
                     path,
                     exc,
                     idempotent=idempotent,
-                    host=urlsplit(self.api_url).netloc,
+                    host=host_of(self.api_url),
                     timeouts=self.timeouts,
                     redact_text=self._tokens.redact,
                 )
@@ -321,14 +368,15 @@ class NksClient:
                     # fresh token is safe even for a write.
                     renewed_after_rejection = True
                     logger.info("NKS rejected the token for %s %s; getting a new one", method, path)
-                    self._tokens.renew_rejected(token)
+                    self._tokens.renew_rejected(token, deadline)
                     continue
                 try:
                     return self._decode(method, path, response, idempotent=idempotent)
                 except NksError as exc:
                     error = exc
             delay = self._retry.delay(attempt, error) if idempotent else None
-            if delay is None:
+            if delay is None or delay >= deadline.remaining():
+                # No retry that could still finish in time: the last error is the answer.
                 raise error
             attempt += 1
             logger.warning(

@@ -10,7 +10,8 @@ import http
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,10 +20,13 @@ import httpx
 import orjson
 from django.utils.translation import gettext
 
+from dashboard import outbound_http
 from nks.client.errors import (
     ErrorKind,
     NksError,
     RetryPolicy,
+    bounded_error,
+    host_of,
     reason_phrase,
     redact,
     server_excerpt,
@@ -62,6 +66,7 @@ class TokenSource:
         password: str | None,
         retry: RetryPolicy,
         count_request: Callable[[], None],
+        max_body: int = 1024 * 1024,
     ) -> None:
         self.identity_url = identity_url
         self.tenant_id = tenant_id
@@ -72,6 +77,7 @@ class TokenSource:
         self._fixed_token = token or None
         self._retry = retry
         self._count_request = count_request
+        self._max_body = max_body
         self._token: _Token | None = _Token(token, renew_at=None) if token else None
         # The last few tokens issued, for redaction. Replaced whole (never mutated), so readers
         # need no lock.
@@ -87,24 +93,45 @@ class TokenSource:
         """``text`` without the password or any token this source has held."""
         return redact(text, (self._password, self._fixed_token, *self._tokens_used))
 
-    def current(self) -> str:
-        with self._lock:
+    def current(self, deadline: outbound_http.Deadline) -> str:
+        """The token to send; a new one is asked for within the caller's ``deadline``."""
+        token = self._token
+        if token is not None and token.renew_at is None:
+            return token.value
+        with self._locked(deadline):
             token = self._token
             if token is not None and (token.renew_at is None or time.time() < token.renew_at):
                 return token.value
             # Holding the lock while asking for a token is deliberate: sixteen snapshot threads
             # finding the token expired at once should cause one identity call, not sixteen.
-            self._token = self._issue()
+            self._token = self._issue(deadline)
             return self._token.value
 
-    def renew_rejected(self, rejected: str) -> None:
+    def renew_rejected(self, rejected: str, deadline: outbound_http.Deadline) -> None:
         """Replace ``rejected`` (NKS answered 401 to it), unless another thread already did."""
-        with self._lock:
+        with self._locked(deadline):
             if self._token is not None and self._token.value != rejected:
                 return
-            self._token = self._issue()
+            self._token = self._issue(deadline)
 
-    def _issue(self) -> _Token:
+    @contextmanager
+    def _locked(self, deadline: outbound_http.Deadline) -> Iterator[None]:
+        # Waiting for another thread's identity call is part of this call's deadline too.
+        if not self._lock.acquire(timeout=max(0.0, deadline.remaining())):
+            raise bounded_error(
+                "POST",
+                urlsplit(f"{self.identity_url}/v2.0/tokens").path,
+                outbound_http.DeadlineExceeded(deadline.seconds),
+                idempotent=True,
+                host=host_of(self.identity_url),
+                identity=True,
+            )
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _issue(self, deadline: outbound_http.Deadline) -> _Token:
         if self.identity_url is None or self._username is None or self._password is None:
             raise RuntimeError("token renewal needs identity credentials")
         url = f"{self.identity_url}/v2.0/tokens"
@@ -119,10 +146,18 @@ class TokenSource:
         while True:
             self._count_request()
             try:
-                response = self._http.post(
+                response = outbound_http.send(
+                    self._http,
+                    "POST",
                     url,
                     content=orjson.dumps(body),
                     headers={"Accept": "application/json", "Content-Type": "application/json"},
+                    deadline=deadline,
+                    max_body=self._max_body,
+                )
+            except outbound_http.OutboundError as exc:
+                error = bounded_error(
+                    "POST", path, exc, idempotent=True, host=host_of(url), identity=True
                 )
             except httpx.RequestError as exc:
                 error = self._transport_error(path, exc)
@@ -132,7 +167,7 @@ class TokenSource:
                 except NksError as exc:
                     error = exc
             delay = self._retry.delay(attempt, error)
-            if delay is None:
+            if delay is None or delay >= deadline.remaining():
                 raise error
             attempt += 1
             logger.warning(
@@ -145,7 +180,7 @@ class TokenSource:
             time.sleep(delay)
 
     def _transport_error(self, path: str, exc: httpx.RequestError) -> NksError:
-        host = urlsplit(self.identity_url or "").netloc
+        host = host_of(self.identity_url)
         if isinstance(exc, httpx.TimeoutException):
             return NksError(
                 gettext("The identity service at %(host)s timed out for POST %(path)s")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from typing import Any
 
 import pytest
@@ -73,8 +74,43 @@ def test_dooray_shows_cluster_data_as_written_with_control_characters_visible(
     plan_and_send()
 
     [attachment] = receiver.received[0].json["attachments"]
-    assert attachment["title"] == f"[critical] prod: ops/{HOSTILE} lease expired"
-    assert "Holder: master-0\\u202eevil" in attachment["text"]
+    # Markdown's characters carry a backslash, so Dooray! shows them as written.
+    escaped = r"evil\<!channel\> & \<https://phish.example|click\> \*bold\*"
+    assert attachment["title"] == f"[critical] prod: ops/{escaped} lease expired"
+    assert "Holder: master-0\\\\u202eevil" in attachment["text"]
+
+
+MARKDOWN_LINKS = ("[click](https://evil.example)", "<https://evil|x>")
+
+
+@pytest.mark.parametrize("kind", [ChannelKind.DOORAY, ChannelKind.SLACK])
+def test_a_lease_named_like_a_markdown_link_is_never_a_link_in_chat(
+    clock: Clock, receiver: ChatReceiver, kind: str
+) -> None:
+    make_channel(receiver, kind)
+    for name in MARKDOWN_LINKS:
+        make_incident(
+            f"lease_expired:prod/ops/{name}",
+            title=f"ops/{name} lease expired",
+            details={"facts": [{"label": "Holder", "text": name}]},
+        )
+
+    plan_and_send()
+
+    body = receiver.received[0].json
+    if kind == ChannelKind.DOORAY:
+        texts = [part for item in body["attachments"] for part in (item["title"], item["text"])]
+        # Every markdown character from the data carries a backslash: shown, never a link.
+        for text in texts:
+            assert not re.search(r"(?<!\\)\[click|(?<!\\)\]\(|(?<!\\)<https", text)
+        assert r"ops/\[click\](https://evil.example) lease expired" in texts[0] + texts[2]
+        assert r"Holder: \<https://evil|x\>" in texts[1] + texts[3]
+    else:
+        # Slack links only by <url|text>: every < and > of the data is an entity. Markdown's
+        # [text](url) is not Slack syntax and shows as written, its URL visible.
+        posted = json.dumps(body)
+        assert "<https://evil" not in posted
+        assert "&lt;https://evil|x&gt;" in posted
 
 
 def test_slack_message_has_text_and_blocks_with_data_escaped_for_mrkdwn(
