@@ -42,12 +42,14 @@ class HostileServer:
         owner = self
         self.sent = 0
         self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
                 owner.headers.append({k.lower(): v for k, v in self.headers.items()})
+                owner.paths.append(self.path)
                 # The client hanging up is what these tests want.
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     behaviour(self)
@@ -285,3 +287,31 @@ def test_a_huge_lease_is_left_out_and_shown_as_cut_and_a_large_one_stays_small(
     _, token = ApiToken.issue(user, name="tests")
     answer = client.get("/api/v1/leases", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert answer.status_code == 200 and len(answer.content) < 20_000
+
+
+# --- A list page over its cap ------------------------------------------------------------------
+
+GIANT_PAGE = orjson.dumps(
+    {
+        "kind": "LeaseList",
+        "metadata": {"resourceVersion": "9", "continue": "next"},
+        "items": [{"metadata": {"name": "giant", "namespace": "apps"}, "x": "z" * (17 * MIB)}],
+    }
+)
+
+
+def test_a_page_over_its_cap_is_asked_again_smaller_and_its_one_object_cut() -> None:
+    def giant(handler: BaseHTTPRequestHandler) -> None:
+        start_body(handler)
+        server.write(handler, GIANT_PAGE)
+
+    with HostileServer(giant) as server:
+        page = kube.list_leases(server.api())
+    limits = [
+        next(part for part in path.split("?")[1].split("&") if part.startswith("limit="))
+        for path in server.paths
+    ]
+    assert limits == ["limit=500", "limit=125", "limit=31", "limit=7", "limit=1"]
+    assert (page.items, page.continue_token, page.resource_version) == ([], "next", "9")
+    (cut,) = page.cut
+    assert (cut.namespace, cut.name) == ("apps", "giant")
