@@ -221,7 +221,6 @@ def populate(count: int) -> str:
                 lease_transitions=random.randint(0, 20),
                 resource_version=str(index),
                 observed_at=renewed,
-                raw={"metadata": {"name": name, "namespace": namespace}},
                 name_key=natural_key(name),
                 library=LeaseLibrary.LEADER_K8S if leader_k8s else LeaseLibrary.PLAIN,
                 identity=f"{holder} / audit" if token else holder,

@@ -38,21 +38,15 @@ PROBLEM = gettext_lazy(
 )
 
 
-def visible_text(value: object, *, keep_lines: bool = False) -> str:
+def visible_text(value: object) -> str:
     """`value` as text with each invisible character written as its escape (``\\u202e``,
-    ``\\x1b``); text without any comes back unchanged. Still to be HTML-escaped.
-
-    `keep_lines` keeps line breaks as they are: for text laid out in lines (a pretty-printed
-    object, whose strings JSON has already escaped), not for a name.
-    """
+    ``\\x1b``); text without any comes back unchanged. Still to be HTML-escaped."""
     text = "" if value is None else str(value)
     if text.isprintable():  # the common case, checked in C: no invisible character
         return text
     out = []
     for character in text:
-        if keep_lines and character == "\n":
-            out.append(character)
-        elif unicodedata.category(character) in INVISIBLE_CATEGORIES:
+        if unicodedata.category(character) in INVISIBLE_CATEGORIES:
             code = ord(character)
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
         else:

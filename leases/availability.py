@@ -428,7 +428,7 @@ def recent_gaps(now: datetime, limit: int = 10) -> list[Gap]:
         Lease.objects.filter(lease_class__in=ELECTION_CLASSES)
         .filter(Q(deleted_at__isnull=True) | Q(deleted_at__gt=start))
         .select_related("cluster")
-        .defer("cluster__kubeconfig", "raw")
+        .defer("cluster__kubeconfig", "annotations")
     )
     gaps: list[Gap] = []
     for history in _histories(leases, start, now).values():

@@ -25,8 +25,8 @@ from django.utils.translation import gettext_lazy as _
 from dashboard.natural import natural_key
 from leases.models import KubeCluster, LeaderGroup, Lease, LeaseLibrary, LeaseState
 
-# The columns the group pages, the API and the alert rules read; `raw` and the annotations
-# can be kilobytes per lease and are never needed here.
+# The columns the group pages, the API and the alert rules read; the annotations can be
+# kilobytes per lease and are never needed here.
 GROUP_LEASE_FIELDS = (
     "id",
     "cluster_id",

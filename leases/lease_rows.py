@@ -34,7 +34,6 @@ LEASE_UPDATE_FIELDS = [
     "created_at",
     "observed_at",
     "deleted_at",
-    "raw",
     "annotations",
     "annotations_cut",
     "library",
@@ -54,7 +53,7 @@ class Renewals:
     one entry per lease in each, so a batch is sent as five lists, not a dict per lease."""
 
     lease_ids: list[int] = field(default_factory=list)
-    renew_texts: list[str] = field(default_factory=list)  # spec.renewTime as sent: raw keeps it
+    renew_texts: list[str] = field(default_factory=list)  # spec.renewTime as sent
     renew_times: list[datetime | None] = field(default_factory=list)
     expires_at: list[datetime | None] = field(default_factory=list)
     resource_versions: list[str] = field(default_factory=list)
@@ -95,10 +94,9 @@ def upsert_leases(
 def renew_leases(cluster_id: int, renewals: Renewals, now: datetime) -> set[int]:
     """Write renewals to rows that exist: the ids updated (a row gone since is not).
 
-    One statement per batch that sends five small values per lease instead of the whole
-    object, and moves the two changed fields inside the stored raw JSON in place: the row
-    ends exactly as the full upsert would leave it. On PostgreSQL the batch is one JSON
-    document of five lists, dumped by orjson in C and unnested by the server.
+    One statement per batch that sends a few small values per lease instead of the whole
+    object: the row ends exactly as the full upsert would leave it. On PostgreSQL the batch
+    is one JSON document of lists, dumped by orjson in C and unnested by the server.
     """
     if not renewals:
         return set()
@@ -119,13 +117,12 @@ def renew_leases(cluster_id: int, renewals: Renewals, now: datetime) -> set[int]
 
 
 def _renew_other(cluster_id: int, renewals: Renewals, now: datetime) -> set[int]:
-    """SQLite (the default database): one UPDATE per row, JSON moved by json_set."""
+    """SQLite (the default database): one UPDATE per row."""
     adapt = connection.ops.adapt_datetimefield_value
     updated: set[int] = set()
     with connection.cursor() as cursor:
-        for lease_id, renew_text, renew_time, expires_at, resource_version in zip(
+        for lease_id, renew_time, expires_at, resource_version in zip(
             renewals.lease_ids,
-            renewals.renew_texts,
             renewals.renew_times,
             renewals.expires_at,
             renewals.resource_versions,
@@ -138,8 +135,6 @@ def _renew_other(cluster_id: int, renewals: Renewals, now: datetime) -> set[int]
                     adapt(expires_at),
                     resource_version,
                     adapt(now),
-                    renew_text,
-                    resource_version,
                     lease_id,
                     cluster_id,
                 ],
@@ -180,7 +175,6 @@ def _upsert_postgresql(
                         "labels": obs.labels,
                         "resource_version": obs.resource_version,
                         "created_at": obs.created_at,
-                        "raw": obs.raw,
                         "annotations": obs.annotations,
                         "annotations_cut": obs.annotations_cut,
                         "library": obs.library.value,
@@ -222,7 +216,6 @@ def _upsert_orm(
             created_at=obs.created_at,
             observed_at=now,
             deleted_at=None,
-            raw=obs.raw,
             annotations=obs.annotations,
             annotations_cut=obs.annotations_cut,
             library=obs.library,
@@ -266,7 +259,7 @@ _POSTGRESQL_UPSERT = """
 INSERT INTO leases_lease (
     cluster_id, observed_at, deleted_at, namespace, name, uid, lease_class, holder,
     acquire_time, renew_time, lease_duration_seconds, expires_at, lease_transitions,
-    strategy, preferred_holder, labels, resource_version, created_at, raw,
+    strategy, preferred_holder, labels, resource_version, created_at,
     annotations, annotations_cut, library, identity, token, foreign_writer, group_name,
     group_slot, name_key
 )
@@ -274,13 +267,13 @@ SELECT
     %s, %s::timestamptz, NULL::timestamptz, r.namespace, r.name, r.uid, r.lease_class,
     r.holder, r.acquire_time, r.renew_time, r.lease_duration_seconds, r.expires_at,
     r.lease_transitions, r.strategy, r.preferred_holder, r.labels, r.resource_version,
-    r.created_at, r.raw, r.annotations, r.annotations_cut, r.library, r.identity, r.token,
+    r.created_at, r.annotations, r.annotations_cut, r.library, r.identity, r.token,
     r.foreign_writer, r.group_name, r.group_slot, r.name_key
 FROM json_to_recordset(%s::json) AS r(
     namespace text, name text, uid text, lease_class text, holder text,
     acquire_time timestamptz, renew_time timestamptz, lease_duration_seconds int,
     expires_at timestamptz, lease_transitions int, strategy text, preferred_holder text,
-    labels jsonb, resource_version text, created_at timestamptz, raw jsonb,
+    labels jsonb, resource_version text, created_at timestamptz,
     annotations jsonb, annotations_cut int, library text, identity text, token text,
     foreign_writer boolean, group_name text, group_slot int, name_key text
 )
@@ -300,7 +293,6 @@ ON CONFLICT ON CONSTRAINT lease_unique_per_cluster DO UPDATE SET
     labels = EXCLUDED.labels,
     resource_version = EXCLUDED.resource_version,
     created_at = EXCLUDED.created_at,
-    raw = EXCLUDED.raw,
     annotations = EXCLUDED.annotations,
     annotations_cut = EXCLUDED.annotations_cut,
     library = EXCLUDED.library,
@@ -319,12 +311,7 @@ UPDATE leases_lease AS l SET
     deleted_at = NULL,
     renew_time = r.renew_time,
     expires_at = r.expires_at,
-    resource_version = r.resource_version,
-    raw = jsonb_set(
-        jsonb_set(l.raw, '{spec,renewTime}', to_jsonb(r.renew_text)),
-        '{metadata,resourceVersion}',
-        to_jsonb(r.resource_version)
-    )
+    resource_version = r.resource_version
 FROM (SELECT %s::jsonb AS j) AS p
 CROSS JOIN LATERAL unnest(
     ARRAY(SELECT e FROM jsonb_array_elements_text(p.j -> 0) WITH ORDINALITY AS a(e, n)
@@ -345,8 +332,7 @@ RETURNING l.id
 _SQLITE_RENEW = """
 UPDATE leases_lease SET
     renew_time = %s, expires_at = %s, resource_version = %s, observed_at = %s,
-    deleted_at = NULL,
-    raw = json_set(raw, '$.spec.renewTime', %s, '$.metadata.resourceVersion', %s)
+    deleted_at = NULL
 WHERE id = %s AND cluster_id = %s
 """
 
@@ -368,7 +354,6 @@ def sync_candidates(cluster_id: int, observations: list[CandidateObservation]) -
             renew_time=obs.renew_time,
             observed_at=now,
             deleted_at=None,
-            raw=obs.raw,
         )
         for obs in observations
     ]
@@ -386,7 +371,6 @@ def sync_candidates(cluster_id: int, observations: list[CandidateObservation]) -
                 "renew_time",
                 "observed_at",
                 "deleted_at",
-                "raw",
             ],
         )
     listed = {(obs.namespace, obs.name) for obs in observations}

@@ -106,6 +106,19 @@ class KubeCluster(models.Model):
     leases_observed_since = models.DateTimeField(null=True, blank=True)
     nodes_observed_since = models.DateTimeField(null=True, blank=True)
 
+    # Objects the API server sent over their size cap (leases/kube/bounded.py): not
+    # ingested, so the operator must see that some are missing and which one was last.
+    # The name is the server's text, bounded; the size in bytes (at least, for a line that
+    # never ended).
+    leases_cut_total = models.BigIntegerField(default=0)
+    leases_last_cut = models.CharField(max_length=510, blank=True)
+    leases_last_cut_bytes = models.BigIntegerField(default=0)
+    leases_last_cut_at = models.DateTimeField(null=True, blank=True)
+    nodes_cut_total = models.BigIntegerField(default=0)
+    nodes_last_cut = models.CharField(max_length=510, blank=True)
+    nodes_last_cut_bytes = models.BigIntegerField(default=0)
+    nodes_last_cut_at = models.DateTimeField(null=True, blank=True)
+
     class Meta:
         ordering = ["name"]
 
@@ -205,7 +218,8 @@ class Lease(models.Model):
     created_at = models.DateTimeField(null=True, blank=True)
     observed_at = models.DateTimeField(default=timezone.now)
     deleted_at = models.DateTimeField(null=True, blank=True)
-    raw = models.JSONField(default=dict, blank=True)
+    # The object itself is not kept: only the bounded fields above (a hostile API server's
+    # megabytes of annotations would otherwise be stored, and shown, whole).
 
     # Who really leads, as leases/leader_k8s.py reads it when the lease is parsed.
     library = models.CharField(
@@ -374,7 +388,6 @@ class LeaseCandidate(models.Model):
     renew_time = models.DateTimeField(null=True, blank=True)
     observed_at = models.DateTimeField(default=timezone.now)
     deleted_at = models.DateTimeField(null=True, blank=True)
-    raw = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [

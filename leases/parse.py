@@ -7,6 +7,7 @@ an object without a namespace or name is skipped by the caller.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,6 +22,11 @@ from leases.models import LeaseClass, LeaseLibrary
 # Holder identities are free text; cap what is stored so one odd client cannot bloat rows.
 MAX_HOLDER_LENGTH = 16_384
 MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600
+# A lease has a handful of labels; more is a mistake or an attack, and labels are stored.
+MAX_LABELS = 64
+# A renewal shape longer than this is kept as its digest: the ingestor keeps one shape per
+# lease, and an object may be up to its cap (256 KiB) long.
+MAX_SHAPE_BYTES = 2048
 
 
 @dataclass(slots=True)
@@ -39,7 +45,6 @@ class LeaseObservation:
     preferred_holder: str
     labels: dict[str, str]
     created_at: datetime | None
-    raw: dict[str, Any]
     # NUL characters were removed from it (PostgreSQL stores no NUL in text or jsonb).
     cleaned: bool = False
     # metadata.annotations bounded (leases/leader_k8s.py), and how many entries were cut.
@@ -79,7 +84,6 @@ class CandidateObservation:
     strategy: str
     ping_time: datetime | None
     renew_time: datetime | None
-    raw: dict[str, Any]
     cleaned: bool = False
 
 
@@ -164,9 +168,12 @@ def _whole_number(value: object, maximum: int) -> int | None:
 
 
 def _labels(value: object) -> dict[str, str]:
+    """Labels as stored: keys and values cut to Kubernetes' own limits, at most MAX_LABELS
+    (sorted by key, so the same object always keeps the same ones)."""
     if not isinstance(value, dict):
         return {}
-    return {str(key)[:317]: str(item)[:63] for key, item in value.items() if isinstance(key, str)}
+    keys = sorted(key for key in value if isinstance(key, str))[:MAX_LABELS]
+    return {key[:317]: str(value[key])[:63] for key in keys}
 
 
 def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
@@ -180,10 +187,10 @@ def _spec(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _without_managed_fields(obj: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
-    """The object as kept for display: managedFields are bulky and say nothing to on-call."""
-    raw = {key: value for key, value in obj.items() if key != "metadata"}
-    raw["metadata"] = {key: value for key, value in metadata.items() if key != "managedFields"}
-    return raw
+    """The object as read: managedFields are bulky and say nothing to on-call."""
+    read = {key: value for key, value in obj.items() if key != "metadata"}
+    read["metadata"] = {key: value for key, value in metadata.items() if key != "managedFields"}
+    return read
 
 
 def resource_version_of(obj: object) -> str:
@@ -198,24 +205,23 @@ class _Envelope:
     name: str
     metadata: dict[str, Any]
     spec: dict[str, Any]
-    raw: dict[str, Any]
     cleaned: bool
 
 
 def _envelope(obj: object) -> _Envelope | None:
     """The parts every namespaced object has; None when it has no namespace or name.
 
-    Everything is read from the object as it will be stored, NULs removed, so no field
-    (labels, annotations, holder, the raw JSON) can carry one into the database.
+    Everything is read from the object with its NULs removed, so no field (labels,
+    annotations, holder) can carry one into the database.
     """
     if not isinstance(obj, dict):
         return None
-    raw, cleaned = without_nul(_without_managed_fields(obj, _metadata(obj)))
-    metadata = raw["metadata"]
+    read, cleaned = without_nul(_without_managed_fields(obj, _metadata(obj)))
+    metadata = read["metadata"]
     namespace, name = _text(metadata.get("namespace")), _text(metadata.get("name"))
     if not namespace or not name:
         return None
-    return _Envelope(namespace, name, metadata, _spec(raw), raw, cleaned)
+    return _Envelope(namespace, name, metadata, _spec(read), cleaned)
 
 
 def without_nul(value: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -257,7 +263,6 @@ def parse_lease(obj: object) -> LeaseObservation | None:
     labels = _labels(metadata.get("labels"))
     annotations, annotations_cut, leads = _leadership(envelope)
     holder, strategy, preferred_holder = _leader_fields(spec)
-    raw = envelope.raw
     return LeaseObservation(
         namespace=namespace,
         name=name,
@@ -275,7 +280,6 @@ def parse_lease(obj: object) -> LeaseObservation | None:
         preferred_holder=preferred_holder,
         labels=labels,
         created_at=parse_time(metadata.get("creationTimestamp")),
-        raw=raw,
         cleaned=envelope.cleaned,
         annotations=annotations,
         annotations_cut=annotations_cut,
@@ -323,7 +327,7 @@ def parse_candidate(obj: object) -> CandidateObservation | None:
     envelope = _envelope(obj)
     if envelope is None:
         return None
-    spec, raw = envelope.spec, envelope.raw
+    spec = envelope.spec
     return CandidateObservation(
         namespace=envelope.namespace,
         name=envelope.name,
@@ -333,7 +337,6 @@ def parse_candidate(obj: object) -> CandidateObservation | None:
         strategy=_text(spec.get("strategy"), 100),
         ping_time=parse_time(spec.get("pingTime")),
         renew_time=parse_time(spec.get("renewTime")),
-        raw=raw,
         cleaned=envelope.cleaned,
     )
 
@@ -349,13 +352,14 @@ def renewal_shape(obj: object) -> RenewalShape | None:
     """The object's renewal shape, or None when only the full parse can store it.
 
     Two objects with the same `stable` bytes give rows that differ only in renew_time,
-    expires_at, resource_version and the raw JSON's spec.renewTime and
-    metadata.resourceVersion (every other column is read from the stable part). So an object
+    expires_at and resource_version (every other column is read from the stable part). So an object
     is refused here whenever those two values would not be stored as sent: not text, longer
     than the column, or holding a NUL (which the full parse removes); and any NUL elsewhere
-    is refused too. managedFields are left out, as the stored raw JSON leaves them out: a
-    real apiserver moves their time at every renewal. The bytes themselves are compared, not
-    a hash of them: exact, and cheaper than hashing (a few hundred bytes per lease kept).
+    is refused too. managedFields are left out, as the parse leaves them out: a real
+    apiserver moves their time at every renewal. The bytes themselves are compared, not a
+    hash of them: exact, and cheaper than hashing (a few hundred bytes per lease kept); only
+    a shape over MAX_SHAPE_BYTES is kept as a 32-byte BLAKE2b digest, so a cluster of large
+    leases cannot make the ingestor hold each one whole.
     """
     if type(obj) is not dict:
         return None
@@ -379,6 +383,8 @@ def renewal_shape(obj: object) -> RenewalShape | None:
         return None  # not plain JSON data: the full parse copes
     if b"\\u0000" in data:
         return None
+    if len(data) > MAX_SHAPE_BYTES:
+        data = hashlib.blake2b(data, digest_size=32).digest()
     return data, renew, version
 
 

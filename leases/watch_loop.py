@@ -25,7 +25,7 @@ from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from leases import kube
-from leases.freshness import ResourceFreshness
+from leases.freshness import ResourceFreshness, revision
 from leases.parse import resource_version_of
 from leases.watch_status import ResourceStatus
 
@@ -318,6 +318,10 @@ class ResourceReader:
                 key = key_of(item)
                 if key is not None and ingestor.observe(item):
                     listed.add(key)
+            if page.cut:
+                # Not ingested, but not gone either: its row stays as last read, and the
+                # status says which object was cut.
+                listed.update(self._cut(page.cut))
             resource_version = page.resource_version
         gone = ingestor.reconcile(listed)
         # The server answers again: the next break starts from the shortest delay, not from
@@ -366,6 +370,8 @@ class ResourceReader:
                     delivered = True
                     self.backoff.reset()
                 resource_version = self._read_lines(lines, stream, api, resource_version)
+                if stream.cut:
+                    resource_version = self._cut_from_stream(stream, resource_version)
                 self.resource.freshness.delivered_to(resource_version)
                 if self._stop.is_set():
                     break
@@ -387,11 +393,46 @@ class ResourceReader:
             with self._stream_lock:
                 self._stream = None
             stream.close()
+            if stream.cut:  # a line that never ended: the stream closed inside it
+                self._cut(stream.cut)
+                stream.cut.clear()
             if time.monotonic() - opened >= self.stream_proved_seconds:
                 # A quiet resource (no Node changes, bookmarks a minute apart) delivers
                 # nothing, yet a stream that stayed open this long proves the server works:
                 # the break that ended it, however it ended, waits the shortest delay.
                 self.backoff.reset()
+        return resource_version
+
+    def _cut(self, cuts: list[kube.Cut]) -> set[Hashable]:
+        """Record objects left out for their size; their keys (those that have one)."""
+        self.resource.status.cut(cuts)
+        logger.warning(
+            "cluster %s: left out %d %s over their size cap (the last: %s/%s, %d bytes)",
+            self.cluster_id,
+            len(cuts),
+            self.resource.plural,
+            cuts[-1].namespace,
+            cuts[-1].name,
+            cuts[-1].size,
+        )
+        keys = (
+            self.resource.key_of({"metadata": {"namespace": cut.namespace, "name": cut.name}})
+            for cut in cuts
+        )
+        return {key for key in keys if key is not None}
+
+    def _cut_from_stream(self, stream: kube.WatchStream, resource_version: str) -> str:
+        """Take the stream's cut events: recorded, and passed (their resourceVersion, when
+        newer, is where a resumed watch starts: the same object is not cut again)."""
+        cuts = list(stream.cut)
+        stream.cut.clear()
+        self._cut(cuts)
+        newest = revision(resource_version)
+        for cut in cuts:
+            number = revision(cut.resource_version)
+            if number is not None and (newest is None or number > newest):
+                newest, resource_version = number, cut.resource_version
+        self.resource_version = resource_version
         return resource_version
 
     def _read_lines(

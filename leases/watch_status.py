@@ -11,6 +11,7 @@ once per shape of updates rather than by the ORM at every flush).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import datetime
 from typing import Any, Protocol
@@ -20,6 +21,7 @@ from django.db.models import Case, DateTimeField, F, Value, When
 from django.utils import timezone
 
 from leases.egress_status import shown_failure
+from leases.kube import Cut
 from leases.models import KubeCluster, ResourceWatchState
 from leases.watch_coverage import Coverage
 
@@ -41,6 +43,8 @@ _NODE_STATE_BY_KIND = {
 
 class ResourceStatus(Protocol):
     def listed(self) -> None: ...
+
+    def cut(self, cuts: list[Cut]) -> None: ...
 
     def watching(self, *, reconnected: bool) -> None: ...
 
@@ -120,6 +124,40 @@ def _compile_flush_status(shape: tuple[tuple[str, bool], ...]) -> tuple[str, lis
     return sql, fields
 
 
+class CutObjects:
+    """Objects left out for their size (leases.kube.bounded), from the reader thread, until
+    the next flush writes them with the rest of its status (one UPDATE, however many)."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix  # "leases" or "nodes": the row's `<prefix>_cut_*` fields
+        self._lock = threading.Lock()
+        self._count = 0
+        self._last: Cut | None = None
+        self.total = 0  # this watcher's, for tests and logs
+
+    def add(self, cuts: list[Cut]) -> None:
+        if not cuts:
+            return
+        with self._lock:
+            self._count += len(cuts)
+            self.total += len(cuts)
+            self._last = cuts[-1]
+
+    def updates(self) -> dict[str, Any]:
+        with self._lock:
+            count, last = self._count, self._last
+            self._count, self._last = 0, None
+        if not count or last is None:
+            return {}
+        name = f"{last.namespace}/{last.name}" if last.namespace else last.name
+        return {
+            f"{self._prefix}_cut_total": Added(count),
+            f"{self._prefix}_last_cut": name[:510],
+            f"{self._prefix}_last_cut_bytes": last.size,
+            f"{self._prefix}_last_cut_at": timezone.now(),
+        }
+
+
 class LeaseStatus:
     """The Lease watch on the row's original fields, and the stretches it was live
     (WatchCoverage rows, leases/watch_coverage.py)."""
@@ -127,6 +165,7 @@ class LeaseStatus:
     def __init__(self, cluster_id: int, owner: str) -> None:
         self.cluster_id = cluster_id
         self.owner = owner[:200]
+        self.cuts = CutObjects("leases")
         self._events_since_rate = 0
         self._rate_at = time.monotonic()
         # Worst event-to-commit delay seen by this watcher (the row keeps the last flush's).
@@ -143,6 +182,9 @@ class LeaseStatus:
             swallow=False,
         )
         self.coverage.connected()
+
+    def cut(self, cuts: list[Cut]) -> None:
+        self.cuts.add(cuts)
 
     def watching(self, *, reconnected: bool) -> None:
         update_cluster(
@@ -174,7 +216,7 @@ class LeaseStatus:
         # moment (not the clock: a stalled server's silence is not watched time).
         self.coverage.seen(as_of)
         self._events_since_rate += result.events
-        updates: dict[str, Any] = {"events_total": Added(result.events)}
+        updates: dict[str, Any] = {"events_total": Added(result.events), **self.cuts.updates()}
         if as_of is not None and as_of != self._as_of_written:
             updates["leases_as_of"] = self._as_of_written = as_of
         wrote = result.leases_written or result.deletions_written or result.transitions_written
@@ -227,6 +269,10 @@ class NodeStatus:
         self.max_lag_seconds = 0.0
         self._as_of_written: datetime | None = None
         self._since_written: datetime | None = None
+        self.cuts = CutObjects("nodes")
+
+    def cut(self, cuts: list[Cut]) -> None:
+        self.cuts.add(cuts)
 
     def listed(self) -> None:
         update_cluster(
@@ -272,7 +318,7 @@ class NodeStatus:
     def flushed(
         self, result: Any, committed_version: str, watching: bool, as_of: datetime | None
     ) -> dict[str, Any]:
-        updates: dict[str, Any] = {}
+        updates: dict[str, Any] = self.cuts.updates()
         if as_of is not None and as_of != self._as_of_written:
             updates["nodes_as_of"] = self._as_of_written = as_of
         if result.events:

@@ -10,8 +10,3 @@ from dashboard.hostile_input import visible_text
 register = template.Library()
 register.filter("visible", visible_text)
 
-
-@register.filter
-def visible_lines(value: object) -> str:
-    """`{{ text|visible_lines }}`: the same, keeping the line breaks of text laid out in lines."""
-    return visible_text(value, keep_lines=True)

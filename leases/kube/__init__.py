@@ -2,14 +2,19 @@
 
 `client` connects, lists and translates every failure into a `KubeError` written for an
 on-call engineer (never with credentials or kubeconfig content); `watch` opens watch
-streams and reads them. Callers use the names re-exported here.
+streams and reads them; `bounded` caps what a server can make either hold or wait for
+(object and page sizes, total deadlines, no compressed bodies). Callers use the names
+re-exported here.
 """
 
+from leases.kube.bounded import MAX_LEASE_BYTES, MAX_NODE_BYTES, Cut
 from leases.kube.client import (
     CANDIDATE_API_VERSIONS,
     CONNECT_TIMEOUT_SECONDS,
     COORDINATION_GROUP,
     LEASE_GRANT,
+    LIST_DEADLINE_SECONDS,
+    LIST_PAGE_DEADLINE_SECONDS,
     LIST_PAGE_SIZE,
     LIST_READ_TIMEOUT_SECONDS,
     NODE_GRANT,
@@ -41,12 +46,17 @@ __all__ = [
     "CONNECT_TIMEOUT_SECONDS",
     "COORDINATION_GROUP",
     "LEASE_GRANT",
+    "LIST_DEADLINE_SECONDS",
+    "LIST_PAGE_DEADLINE_SECONDS",
     "LIST_PAGE_SIZE",
     "LIST_READ_TIMEOUT_SECONDS",
+    "MAX_LEASE_BYTES",
+    "MAX_NODE_BYTES",
     "NODE_GRANT",
     "PROBE_TIMEOUT_SECONDS",
     "CheckedKubeconfig",
     "ClusterConfig",
+    "Cut",
     "KubeError",
     "ListPage",
     "WatchStream",

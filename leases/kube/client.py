@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,19 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from leases.egress import pin_server
+from leases.kube.bounded import (
+    IDENTITY,
+    MAX_LEASE_BYTES,
+    MAX_OBJECT_BYTES,
+    MAX_PAGE_BYTES,
+    Body,
+    Cut,
+    first_item_prefix,
+    list_metadata_of_prefix,
+    name_prefix,
+    read_body,
+)
+from leases.kube.errors import KubeError
 from leases.kubeconfig import CheckedKubeconfig, KubeconfigRefused
 from leases.kubeconfig import parse_kubeconfig as check_kubeconfig
 
@@ -32,31 +46,20 @@ logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_SECONDS = 10.0
 LIST_READ_TIMEOUT_SECONDS = 60.0
+# Total deadlines: a page, however it trickles, ends by this; the whole list by the other.
+LIST_PAGE_DEADLINE_SECONDS = 60.0
+LIST_DEADLINE_SECONDS = 300.0
 LIST_PAGE_SIZE = 500
 # The probe of a server (leases.watch_probe): a tiny request that must answer at once. A
 # server that takes longer is, for the watcher, a server that does not answer.
 PROBE_TIMEOUT_SECONDS = 3.0
+# A one-lease list: one object at its cap, and the list around it.
+PROBE_MAX_BYTES = MAX_LEASE_BYTES + 64 * 1024
 CANDIDATE_API_VERSIONS = ("v1beta1", "v1alpha2")
 COORDINATION_GROUP = "coordination.k8s.io"
 # What a 403 asks the cluster's administrator to grant, per resource.
 LEASE_GRANT = "grant get, list and watch on leases and leasecandidates in coordination.k8s.io"
 NODE_GRANT = "grant get, list and watch on nodes (core API group, a ClusterRole)"
-
-
-@dataclass(frozen=True)
-class KubeError(Exception):
-    """A failed call, in words; `kind` lets the watcher choose how long to back off."""
-
-    message: str
-    kind: str  # auth, forbidden, not_found, gone, tls, timeout, connection, config, server, …
-    status: int | None = None
-
-    def __str__(self) -> str:
-        return self.message
-
-    @property
-    def retryable(self) -> bool:
-        return self.kind not in {"config"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,8 @@ class ListPage:
     items: list[dict[str, Any]]
     resource_version: str
     continue_token: str
+    # Objects over their cap (leases.kube.bounded), left out of `items`.
+    cut: list[Cut] = field(default_factory=list)
 
 
 def parse_kubeconfig(text: str, context: str = "") -> CheckedKubeconfig:
@@ -117,36 +122,65 @@ def server_address(api: k8s.ApiClient) -> str:
 
 
 def list_leases(
-    api: k8s.ApiClient, continue_token: str = "", limit: int = LIST_PAGE_SIZE
+    api: k8s.ApiClient,
+    continue_token: str = "",
+    limit: int = LIST_PAGE_SIZE,
+    *,
+    deadline: float | None = None,
 ) -> ListPage:
-    """One page of Leases across all namespaces."""
+    """One page of Leases across all namespaces, read before `deadline` (time.monotonic())."""
     call = k8s.CoordinationV1Api(api).list_lease_for_all_namespaces
-    return _list_page(api, call, "leases", LEASE_GRANT, continue_token, limit)
+    return _list_page(api, call, "leases", LEASE_GRANT, continue_token, limit, deadline)
 
 
 def list_nodes(
-    api: k8s.ApiClient, continue_token: str = "", limit: int = LIST_PAGE_SIZE
+    api: k8s.ApiClient,
+    continue_token: str = "",
+    limit: int = LIST_PAGE_SIZE,
+    *,
+    deadline: float | None = None,
 ) -> ListPage:
-    """One page of Nodes (cluster-scoped)."""
-    return _list_page(api, k8s.CoreV1Api(api).list_node, "nodes", NODE_GRANT, continue_token, limit)
+    """One page of Nodes (cluster-scoped), read before `deadline` (time.monotonic())."""
+    call = k8s.CoreV1Api(api).list_node
+    return _list_page(api, call, "nodes", NODE_GRANT, continue_token, limit, deadline)
 
 
-def iter_all_leases(api: k8s.ApiClient, limit: int = LIST_PAGE_SIZE) -> Iterator[ListPage]:
+def iter_all_leases(
+    api: k8s.ApiClient,
+    limit: int = LIST_PAGE_SIZE,
+    *,
+    seconds: float = LIST_DEADLINE_SECONDS,
+    page_seconds: float = LIST_PAGE_DEADLINE_SECONDS,
+) -> Iterator[ListPage]:
     """Every page of a full list; the last page's resourceVersion is where a watch starts."""
-    return _iter_pages(list_leases, api, limit)
+    return _iter_pages(list_leases, api, limit, seconds, page_seconds)
 
 
-def iter_all_nodes(api: k8s.ApiClient, limit: int = LIST_PAGE_SIZE) -> Iterator[ListPage]:
+def iter_all_nodes(
+    api: k8s.ApiClient,
+    limit: int = LIST_PAGE_SIZE,
+    *,
+    seconds: float = LIST_DEADLINE_SECONDS,
+    page_seconds: float = LIST_PAGE_DEADLINE_SECONDS,
+) -> Iterator[ListPage]:
     """Every page of a full Node list; the last page's resourceVersion starts the watch."""
-    return _iter_pages(list_nodes, api, limit)
+    return _iter_pages(list_nodes, api, limit, seconds, page_seconds)
 
 
 def _iter_pages(
-    list_page: Callable[[k8s.ApiClient, str, int], ListPage], api: k8s.ApiClient, limit: int
+    list_page: Callable[..., ListPage],
+    api: k8s.ApiClient,
+    limit: int,
+    seconds: float,
+    page_seconds: float,
 ) -> Iterator[ListPage]:
+    """Pages until the last; the whole list ends by `seconds`, each page by `page_seconds`
+    (a server that trickles pages must not hold the reader for ever)."""
     continue_token = ""
+    list_deadline = time.monotonic() + seconds
     while True:
-        page = list_page(api, continue_token, limit)
+        deadline = min(list_deadline, time.monotonic() + page_seconds)
+        page = list_page(api, continue_token, limit, deadline=deadline)
         yield page
         if not page.continue_token:
             return
@@ -160,24 +194,94 @@ def _list_page(
     grant: str,
     continue_token: str,
     limit: int,
+    deadline: float | None,
 ) -> ListPage:
+    """One page, its over-size objects cut out; a page over its cap is asked again with a
+    quarter of the limit, and a single object over it is named from its first bytes."""
     what = f"{plural.removesuffix('s')} list"
-    with _translated_errors(api, f"list {plural}", grant):
-        response = call(
-            limit=limit,
-            _continue=continue_token or None,
-            _preload_content=False,
-            _request_timeout=(CONNECT_TIMEOUT_SECONDS, LIST_READ_TIMEOUT_SECONDS),
-        )
-        body = _read_json(response, what)
-    metadata = body.get("metadata") or {}
-    items = body.get("items")
+    if deadline is None:
+        deadline = time.monotonic() + LIST_PAGE_DEADLINE_SECONDS
+    while True:
+        with _translated_errors(api, f"list {plural}", grant):
+            response = call(
+                limit=limit,
+                _continue=continue_token or None,
+                _preload_content=False,
+                _request_timeout=(CONNECT_TIMEOUT_SECONDS, _read_timeout(deadline)),
+                _headers=IDENTITY,
+            )
+            body = read_body(response, what, MAX_PAGE_BYTES[plural], deadline)
+        if not body.over:
+            break
+        if limit > 1:
+            limit = max(1, limit // 4)
+            continue
+        return _page_of_one_huge_object(body, what)
+    parsed = _read_json(body.data, what)
+    metadata = parsed.get("metadata") or {}
+    items = parsed.get("items")
     if not isinstance(items, list):
         raise KubeError(f"The API server answered a {what} without items.", kind="bad_response")
+    kept, cut = _within_cap(items, MAX_OBJECT_BYTES[plural], body.size)
     return ListPage(
-        items=[item for item in items if isinstance(item, dict)],
-        resource_version=str(metadata.get("resourceVersion") or ""),
+        items=kept,
+        resource_version=str(metadata.get("resourceVersion") or "")[:64],
         continue_token=str(metadata.get("continue") or ""),
+        cut=cut,
+    )
+
+
+def _read_timeout(deadline: float) -> float:
+    """The wait for a response's headers: no longer than the deadline leaves."""
+    return max(0.1, min(LIST_READ_TIMEOUT_SECONDS, deadline - time.monotonic()))
+
+
+def _within_cap(
+    items: list[Any], max_bytes: int, body_size: int
+) -> tuple[list[dict[str, Any]], list[Cut]]:
+    """The items under the object cap, and the others as Cuts (not ingested)."""
+    objects = [item for item in items if isinstance(item, dict)]
+    if body_size <= max_bytes:
+        return objects, []  # no item can be larger than the whole body
+    kept: list[dict[str, Any]] = []
+    cut: list[Cut] = []
+    for item in objects:
+        size = len(orjson.dumps(item))
+        if size <= max_bytes:
+            kept.append(item)
+            continue
+        metadata = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+        cut.append(
+            Cut(
+                _bounded_text(metadata.get("namespace")),
+                _bounded_text(metadata.get("name")),
+                size,
+                _bounded_text(metadata.get("resourceVersion"), 64),
+            )
+        )
+    return kept, cut
+
+
+def _bounded_text(value: object, limit: int = 253) -> str:
+    return value[:limit].replace("\x00", "") if isinstance(value, str) else ""
+
+
+def _page_of_one_huge_object(body: Body, what: str) -> ListPage:
+    """A page of limit 1 over the page cap: its one object is cut, named from the body's
+    first bytes, and the list goes on from the continue token written before the items."""
+    metadata = list_metadata_of_prefix(body.data)
+    if metadata is None:
+        raise KubeError(
+            f"The API server sent a {what} page of one object over "
+            f"{body.size // (1024 * 1024)} MiB, in an order that does not say where the list "
+            "goes on; the list is refused.",
+            kind="bad_response",
+        )
+    return ListPage(
+        items=[],
+        resource_version=str(metadata.get("resourceVersion") or "")[:64],
+        continue_token=str(metadata.get("continue") or ""),
+        cut=[name_prefix(first_item_prefix(body.data), body.size)],
     )
 
 
@@ -187,13 +291,23 @@ def probe_revision(api: k8s.ApiClient, timeout: float = PROBE_TIMEOUT_SECONDS) -
     Without a resourceVersion a list is a quorum read of etcd, so its answer proves the
     API server and its storage answered now, and the collection's resourceVersion is the
     storage's revision at that moment: a watch stream that has delivered that far has
-    missed nothing before it. The body is a single lease, so the read timeout bounds it.
+    missed nothing before it. `timeout` bounds the whole call, not each read; a lease over
+    its cap is not read to its end (the revision comes before the items).
     """
     call = k8s.CoordinationV1Api(api).list_lease_for_all_namespaces
+    deadline = time.monotonic() + timeout
     with _translated_errors(api, "probe the API server (list leases)", LEASE_GRANT):
-        response = call(limit=1, _preload_content=False, _request_timeout=(timeout, timeout))
-        body = _read_json(response, "lease list")
-    metadata = body.get("metadata")
+        response = call(
+            limit=1,
+            _preload_content=False,
+            _request_timeout=(timeout, timeout),
+            _headers=IDENTITY,
+        )
+        body = read_body(response, "lease list", PROBE_MAX_BYTES, deadline)
+    if body.over:
+        metadata: object = list_metadata_of_prefix(body.data)
+    else:
+        metadata = _read_json(body.data, "lease list").get("metadata")
     revision = str(metadata.get("resourceVersion") or "") if isinstance(metadata, dict) else ""
     if not revision:
         raise KubeError(
@@ -202,9 +316,17 @@ def probe_revision(api: k8s.ApiClient, timeout: float = PROBE_TIMEOUT_SECONDS) -
     return revision[:64]
 
 
-def list_lease_candidates(api: k8s.ApiClient) -> tuple[str, list[dict[str, Any]]]:
-    """LeaseCandidates from the newest served version; ("", []) when none is served."""
+def list_lease_candidates(
+    api: k8s.ApiClient, seconds: float = LIST_PAGE_DEADLINE_SECONDS
+) -> tuple[str, list[dict[str, Any]]]:
+    """LeaseCandidates from the newest served version; ("", []) when none is served.
+
+    One unpaged list (a cluster has a candidate per control-plane component), so its body
+    is capped like a page of leases and over-size candidates are left out.
+    """
     custom = k8s.CustomObjectsApi(api)
+    deadline = time.monotonic() + seconds
+    what = "lease candidate list"
     for version in CANDIDATE_API_VERSIONS:
         try:
             with _translated_errors(api, f"list leasecandidates ({version})", LEASE_GRANT):
@@ -213,17 +335,26 @@ def list_lease_candidates(api: k8s.ApiClient) -> tuple[str, list[dict[str, Any]]
                     version,
                     "leasecandidates",
                     _preload_content=False,
-                    _request_timeout=(CONNECT_TIMEOUT_SECONDS, LIST_READ_TIMEOUT_SECONDS),
+                    _request_timeout=(CONNECT_TIMEOUT_SECONDS, _read_timeout(deadline)),
+                    _headers=IDENTITY,
                 )
-                body = _read_json(response, "lease candidate list")
+                body = read_body(response, what, MAX_PAGE_BYTES["leases"], deadline)
         except KubeError as error:
             if error.kind == "not_found":
                 continue
             raise
-        items = body.get("items")
-        return f"{COORDINATION_GROUP}/{version}", [
-            item for item in (items if isinstance(items, list) else []) if isinstance(item, dict)
-        ]
+        if body.over:
+            raise KubeError(
+                f"The API server sent a lease candidate list over "
+                f"{MAX_PAGE_BYTES['leases'] // (1024 * 1024)} MiB; it was refused.",
+                kind="bad_response",
+            )
+        items = _read_json(body.data, what).get("items")
+        items = items if isinstance(items, list) else []
+        kept, cut = _within_cap(items, MAX_LEASE_BYTES, body.size)
+        if cut:
+            logger.warning("left out %d lease candidates over %d bytes", len(cut), MAX_LEASE_BYTES)
+        return f"{COORDINATION_GROUP}/{version}", kept
     return "", []
 
 
@@ -238,17 +369,18 @@ def _grant_for(action: str) -> str:
     return NODE_GRANT if "nodes" in action else LEASE_GRANT
 
 
-def _read_json(response: urllib3.BaseHTTPResponse, what: str) -> dict[str, Any]:
+def _read_json(data: bytes, what: str) -> dict[str, Any]:
     try:
-        body = orjson.loads(response.data)
+        body = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise KubeError(
-            f"The API server sent a {what} that is not JSON.", kind="bad_response"
+            f"The API server sent a {what or 'answer'} that is not JSON.", kind="bad_response"
         ) from None
-    finally:
-        response.release_conn()
     if not isinstance(body, dict):
-        raise KubeError(f"The API server sent a {what} that is not an object.", kind="bad_response")
+        raise KubeError(
+            f"The API server sent a {what or 'answer'} that is not an object.",
+            kind="bad_response",
+        )
     return body
 
 

@@ -10,7 +10,6 @@ the reader CPU of the stream() reader (5 against 9-10 us per event).
 
 from __future__ import annotations
 
-import http.client
 import logging
 import select
 import socket
@@ -23,6 +22,19 @@ import orjson
 import urllib3
 from kubernetes import client as k8s
 
+from leases.kube.bounded import (
+    IDENTITY,
+    MAX_LEASE_BYTES,
+    MAX_OBJECT_BYTES,
+    MAX_SKIPPED_LINE_BYTES,
+    PREFIX_BYTES,
+    Cut,
+    name_prefix,
+    raw_read1,
+    refuse_encoded,
+    response_socket,
+    wait_until,
+)
 from leases.kube.client import (
     CONNECT_TIMEOUT_SECONDS,
     LEASE_GRANT,
@@ -49,7 +61,14 @@ WATCH_HEADERS_TIMEOUT_SECONDS = 10.0
 
 
 class WatchStream:
-    """An open watch: yields raw lines; `close()` from another thread ends it at once."""
+    """An open watch: yields raw lines; `close()` from another thread ends it at once.
+
+    A line over `max_line` bytes (leases.kube.bounded: the object's cap) is not kept: it is
+    read past to its end, named from its first bytes and listed in `cut` (the reader takes
+    them after each batch; an empty batch is yielded for a cut alone). A line that goes on
+    past MAX_SKIPPED_LINE_BYTES ends the stream with a KubeError of kind "too_large".
+    `deadline` (a time.monotonic() moment) bounds the whole stream (the quiet check's).
+    """
 
     def __init__(
         self,
@@ -58,41 +77,104 @@ class WatchStream:
         action: str = "watch leases",
         grant: str = "",
         read_pause: float = READ_PAUSE_SECONDS,
+        *,
+        max_line: int = MAX_LEASE_BYTES,
+        deadline: float | None = None,
     ) -> None:
         self._api = api
         self._response = response
         self.action = action
         self._grant = grant
         self.read_pause = read_pause
+        self.max_line = max_line
+        self.deadline = deadline
+        self.cut: list[Cut] = []
 
     def batches(self) -> Iterator[list[bytes]]:
         """The complete, non-blank lines of each read, in order; a line cut by a dropped
         connection is never yielded."""
         read = _read1(self._response)
-        sock = getattr(getattr(self._response, "connection", None), "sock", None)
-        pause = self.read_pause if isinstance(sock, socket.socket) else 0.0
-        buffer = b""
+        sock = response_socket(self._response)
+        pause = self.read_pause if sock is not None else 0.0
+        max_line, deadline = self.max_line, self.deadline
+        # The start of a line not yet ended; its length is kept alongside, as the parts are
+        # joined only when the line ends (joining at every read is quadratic in a trickle).
+        parts: list[bytes] = []
+        pending = 0
+        # Inside an over-size line: its first bytes and how long it is so far.
+        skipping: bytearray | None = None
+        skipped = 0
         with _translated_errors(self._api, self.action, self._grant):
             while True:
+                if deadline is not None:
+                    wait_until(sock, deadline, self.action)
                 data = read(READ_SIZE)
                 if not data:
                     break
+                cut_here = False
+                if skipping is not None:
+                    end = data.find(b"\n")
+                    if end < 0:
+                        skipped += len(data)
+                        if skipped > MAX_SKIPPED_LINE_BYTES:
+                            raise self._endless(skipping, skipped)
+                        continue
+                    self.cut.append(name_prefix(bytes(skipping), skipped + end))
+                    skipping, skipped, cut_here = None, 0, True
+                    data = data[end + 1 :]
                 if b"\n" not in data:
-                    buffer += data
+                    if data:
+                        parts.append(data)
+                        pending += len(data)
+                    if pending > max_line:
+                        skipping = bytearray(b"".join(parts)[:PREFIX_BYTES])
+                        skipped, parts, pending = pending, [], 0
+                    if cut_here:
+                        yield []
                     continue
-                *complete, rest = (buffer + data if buffer else data).split(b"\n")
-                buffer = rest
+                if parts:
+                    parts.append(data)
+                    data, parts = b"".join(parts), []
+                    pending = 0
+                *complete, rest = data.split(b"\n")
+                if len(data) > max_line:  # else no line in it can be over the cap
+                    count = len(complete)
+                    complete = self._within_cap(complete)
+                    cut_here = cut_here or len(complete) < count
+                if rest:
+                    if len(rest) > max_line:
+                        skipping, skipped = bytearray(rest[:PREFIX_BYTES]), len(rest)
+                    else:
+                        parts, pending = [rest], len(rest)
                 # A blank line (a keep-alive, say) is not an event: leave it out here, so
                 # the reader sees only candidates for parsing.
                 lines = [line for line in complete if line and not line.isspace()]
-                if lines:
+                if lines or cut_here:
                     yield lines
-                if pause and not _more_waiting(sock):  # type: ignore[arg-type]
+                if pause and not _more_waiting(sock):
                     # Caught up: let the next events gather. With more waiting (a backlog),
                     # read on at once. A close() from another thread ends the next read.
                     time.sleep(pause)
-        if buffer.strip():
+        if pending or skipping is not None:
             logger.info("watch stream ended inside a line; it will resume from the last event")
+
+    def _within_cap(self, lines: list[bytes]) -> list[bytes]:
+        kept = []
+        for line in lines:
+            if len(line) > self.max_line:
+                self.cut.append(name_prefix(line[:PREFIX_BYTES], len(line)))
+            else:
+                kept.append(line)
+        return kept
+
+    def _endless(self, prefix: bytearray, size: int) -> KubeError:
+        self.cut.append(name_prefix(bytes(prefix), size))
+        return KubeError(
+            f"The API server sent a line of over {size // (1024 * 1024)} MiB while trying to "
+            f"{self.action} (an object is at most {self.max_line // 1024} KiB): the stream was "
+            "closed and is reopened from its last event.",
+            kind="too_large",
+        )
 
     def lines(self) -> Iterator[bytes]:
         """One line at a time (tests and the benchmark's raw read)."""
@@ -123,13 +205,10 @@ def _more_waiting(sock: socket.socket) -> bool:
 def _read1(response: urllib3.BaseHTTPResponse) -> Callable[[int], bytes]:
     """The cheapest read of the body: http.client's own read1 (it undoes the chunking),
     measured at 1,500 events/s at about half the CPU of urllib3's read1 around it, which
-    adds a decoded-content buffer and an error-catching context per read. urllib3's is kept
-    for a compressed body (it decodes) or an urllib3 that no longer has the attribute; the
-    errors http.client raises itself are translated like urllib3's (client.py)."""
-    raw = getattr(response, "_fp", None)
-    if isinstance(raw, http.client.HTTPResponse) and not response.headers.get("content-encoding"):
-        return raw.read1
-    return response.read1
+    adds a decoded-content buffer and an error-catching context per read. A compressed
+    body was refused when the stream opened (leases.kube.bounded), so nothing is decoded;
+    the errors http.client raises itself are translated like urllib3's (client.py)."""
+    return raw_read1(response)  # type: ignore[return-value]
 
 
 def open_lease_watch(
@@ -168,13 +247,15 @@ def _open_watch(
                 CONNECT_TIMEOUT_SECONDS,
                 min(WATCH_HEADERS_TIMEOUT_SECONDS, timeout_seconds + 30),
             ),
+            _headers=IDENTITY,
         )
-    sock = getattr(getattr(response, "connection", None), "sock", None)
-    if isinstance(sock, socket.socket):
+    refuse_encoded(response, f"{plural} watch")
+    sock = response_socket(response)
+    if sock is not None:
         # The headers came: from here on a read waits as long as a quiet stream may be
         # silent (the probe, not this timeout, notices a server that stops answering).
         sock.settimeout(timeout_seconds + 30)
-    return WatchStream(api, response, action, grant)
+    return WatchStream(api, response, action, grant, max_line=MAX_OBJECT_BYTES[plural])
 
 
 _WATCH_CALLS: dict[str, tuple[Callable[[k8s.ApiClient], Callable[..., Any]], str]] = {
@@ -191,7 +272,8 @@ def changes_since(
 
     The server replays every change after that version at once, so an empty answer means
     nothing changed since; `deadline` (a time.monotonic() moment) bounds the whole call.
-    A 410 (the version is no longer kept) raises a KubeError of kind "gone".
+    A 410 (the version is no longer kept) raises a KubeError of kind "gone"; the deadline
+    passing, one of kind "timeout" (a trickle ends by it too, not only a silence).
     """
     call, grant = _WATCH_CALLS[plural]
     action = f"check the {plural} watch"
@@ -204,17 +286,27 @@ def changes_since(
             timeout_seconds=seconds,
             _preload_content=False,
             _request_timeout=(timeout, timeout),
+            _headers=IDENTITY,
         )
-    stream = WatchStream(api, response, action, grant, read_pause=0.0)
+    refuse_encoded(response, f"{plural} watch")
+    stream = WatchStream(
+        api,
+        response,
+        action,
+        grant,
+        read_pause=0.0,
+        max_line=MAX_OBJECT_BYTES[plural],
+        deadline=deadline,
+    )
     events: list[tuple[str, str]] = []
     try:
         for batch in stream.batches():
             for line in batch:
                 events.append(_event_version(line, stream, api))
-            if time.monotonic() > deadline:
-                raise KubeError(f"The API server took too long to {action}.", kind="timeout")
     finally:
         stream.close()
+    # An object over its cap is a change all the same: the stream cuts it too, and moves on.
+    events.extend(("MODIFIED", cut.resource_version) for cut in stream.cut)
     return events
 
 

@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("leases", "0007_watch_as_of"),
+        ("leases", "0008_objects_bounded"),
     ]
 
     operations = [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -164,7 +163,9 @@ class LeaseDetail:
     missed_total: int
     candidates: list[CandidateRow]
     labels: list[tuple[str, str]]
-    raw_json: str
+    # metadata.annotations as stored: bounded (leases/leader_k8s.py), and how many were cut.
+    annotations: list[tuple[str, str]]
+    annotations_cut: int
     server_now: str
     list_url: str
     time_zone: str
@@ -303,7 +304,10 @@ def lease_detail(cluster: str, namespace: str, name: str, now: datetime) -> Leas
         missed_total=totals["missed"] or 0,
         candidates=lease_candidates(lease, now),
         labels=sorted((str(key), str(value)) for key, value in (lease.labels or {}).items()),
-        raw_json=json.dumps(lease.raw, indent=2, sort_keys=True, ensure_ascii=False),
+        annotations=sorted(
+            (str(key), str(value)) for key, value in (lease.annotations or {}).items()
+        ),
+        annotations_cut=lease.annotations_cut,
         server_now=iso_js(now),
         list_url=f"{leases_prefix()}?{urlencode({'cluster': cluster, 'namespace': namespace})}",
         time_zone=timezone.get_current_timezone_name(),

@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from dashboard.natural import natural_key
 from dashboard.timefmt import When, format_duration, when
+from leases.kube import MAX_LEASE_BYTES, MAX_NODE_BYTES
 from leases.models import KubeCluster, Node, ResourceWatchState
 
 NODES_FORBIDDEN = _(
@@ -48,6 +49,47 @@ class NodeWatchStatus:
         """Present Nodes, counted only when a page shows them: the Leases table and the
         overview poll every few seconds and need none."""
         return Node.objects.present().filter(cluster_id=self.cluster_id).count()
+
+
+@dataclass(slots=True)
+class CutObjects:
+    """Objects of one resource the API server sent over their size cap: not ingested."""
+
+    resource: str  # "Leases", "Nodes", in words
+    total: int
+    cap_bytes: int
+    # The last one cut: its namespace/name as the server wrote it (untrusted text) and size.
+    last: str
+    last_bytes: int
+    last_at: When | None
+
+
+def cut_objects(cluster: KubeCluster, now: datetime) -> list[CutObjects]:
+    """What the watch left out for its size, per resource (none: an empty list)."""
+    found = []
+    if cluster.leases_cut_total:
+        found.append(
+            CutObjects(
+                gettext("Leases"),
+                cluster.leases_cut_total,
+                MAX_LEASE_BYTES,
+                cluster.leases_last_cut,
+                cluster.leases_last_cut_bytes,
+                when(cluster.leases_last_cut_at, now),
+            )
+        )
+    if cluster.nodes_cut_total:
+        found.append(
+            CutObjects(
+                gettext("Nodes"),
+                cluster.nodes_cut_total,
+                MAX_NODE_BYTES,
+                cluster.nodes_last_cut,
+                cluster.nodes_last_cut_bytes,
+                when(cluster.nodes_last_cut_at, now),
+            )
+        )
+    return found
 
 
 @dataclass(slots=True)
@@ -88,6 +130,8 @@ class ClusterStatus:
     # Objects stored without their NUL characters or skipped because the database refused them.
     skipped_objects_total: int
     nodes: NodeWatchStatus
+    # Objects over their size cap, left out (leases/kube/bounded.py).
+    cut: list[CutObjects]
 
 
 def _cluster_problem(cluster: KubeCluster, stale: bool, now: datetime) -> str:
@@ -217,6 +261,7 @@ def cluster_status(cluster: KubeCluster, now: datetime) -> ClusterStatus:
         config_warning=cluster.config_warning,
         skipped_objects_total=cluster.skipped_objects_total,
         nodes=node_watch_status(cluster, stale, now),
+        cut=cut_objects(cluster, now),
     )
 
 

@@ -81,10 +81,6 @@ def make_lease(
         "resource_version": "100",
         "created_at": NOW - timedelta(days=3),
         "observed_at": renew_time,
-        "raw": {
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration},
-        },
     }
     values.update(fields)
     return Lease.objects.create(cluster=cluster, namespace=namespace, name=name, **values)

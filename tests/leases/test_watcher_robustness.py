@@ -153,11 +153,11 @@ def test_nul_anywhere_in_a_lease_is_cleaned_counted_and_the_batch_is_stored(
         eventually(lambda: status(cluster).skipped_objects_total == 4)
     leases = {lease.name: lease for lease in Lease.objects.all()}
     assert leases["nul-label"].labels == {"team": "ab"}
-    assert leases["nul-annotation"].raw["metadata"]["annotations"] == {"note": "xy"}
+    assert leases["nul-annotation"].annotations == {"note": "xy"}
     assert leases["nul-holder"].holder == "pod-4"
     assert leases["valid-1"].holder == "pod-1"
     for lease in leases.values():
-        assert "\x00" not in repr((lease.holder, lease.labels, lease.raw))
+        assert "\x00" not in repr((lease.holder, lease.labels, lease.annotations))
     assert status(cluster).last_error == ""
     text = page_text(client, django_user_model)
     cell = text.split('data-skipped-objects="test">', 1)[1].split("</td>", 1)[0]
@@ -183,7 +183,7 @@ def test_nul_in_a_lease_candidate_is_cleaned_and_counted(apiserver: FakeApiServe
         eventually(lambda: status(cluster).skipped_objects_total >= 1)
     candidate = LeaseCandidate.objects.get()
     assert candidate.binary_version == "1.33.4"
-    assert "\x00" not in repr(candidate.raw)
+    assert "\x00" not in repr((candidate.binary_version, candidate.strategy))
 
 
 def test_a_lease_renewed_at_the_end_of_time_is_stored_with_the_rest(
