@@ -46,6 +46,7 @@ from django.utils import timezone
 from alerts.lease_rules import LEADER_CLASSES
 from alerts.models import Incident, Rule
 from alerts.rules import load_rule_configs
+from dashboard.celery import ALERTS_QUEUE
 from leases import freshness
 from leases.models import KubeCluster, Lease, LeaseClass
 
@@ -240,7 +241,7 @@ def schedule_next_evaluation(now: datetime | None = None) -> datetime | None:
                 (token,),
                 eta=fire_at,
                 expires=fire_at + timedelta(seconds=LATE_SECONDS),
-                queue="default",
+                queue=ALERTS_QUEUE,  # never behind a slow poll
                 connection=connection,
                 retry=False,
             )

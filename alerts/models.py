@@ -34,6 +34,7 @@ class Rule(models.TextChoices):
     NODEGROUP_MISMATCH = "nodegroup_mismatch", _("NKS and the cluster disagree")
     RESIZE_FAILED = "resize_failed", _("nodegroup resize failed")
     SOURCE_STALE = "source_stale", _("data source stale")
+    NKS_POLL_STUCK = "nks_poll_stuck", _("NKS poll stuck")
     LEADER_GROUP_UNSTAFFED = "leader_group_unstaffed", _("leader group unstaffed")
     LEADER_GROUP_DEGRADED = "leader_group_degraded", _("leader group degraded")
     FENCING_TOKEN_REUSED = "fencing_token_reused", _("fencing token reused")

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
-from alerts import election_rules, lease_rules, nks_node_rules, nks_rules
+from alerts import election_rules, lease_rules, nks_node_rules, nks_rules, poll_rules
 from alerts.conditions import RuleConfig, RuleContext, RuleOutcome
 from alerts.models import AlertRule, Rule, Severity, split_addresses
 
@@ -142,6 +142,19 @@ RULE_SPECS: dict[Rule, RuleSpec] = {
             ),
             grace_help=_("Seconds before it opens (default 0)."),
             window_help=_("Seconds it stays open after the last reuse (default 86400)."),
+        ),
+        RuleSpec(
+            Rule.NKS_POLL_STUCK,
+            Severity.WARNING,
+            poll_rules.nks_poll_stuck,
+            _(
+                "An NKS poll has run far past its time limit (NKS_POLL_TIME_LIMIT_SECONDS): it "
+                "was not stopped, or its worker died mid-poll. Open until a poll completes."
+            ),
+            grace_help=_(
+                "Seconds a poll may run (default ALERT_NKS_POLL_STUCK_SECONDS, else twice "
+                "NKS_POLL_TIME_LIMIT_SECONDS)."
+            ),
         ),
         RuleSpec(
             Rule.SOURCE_STALE,

@@ -1,23 +1,123 @@
-"""The Celery app: configuration from Django settings (``CELERY_*``), queues and beat schedule.
+"""The Celery app: configuration from Django settings (``CELERY_*``), queues, time limits and
+the beat schedule.
 
-Two queues: ``watch`` holds long-running stream tasks and is consumed by a thread-pool worker
-so one process can hold many streams; ``default`` takes polls, alert evaluation and mail.
+Three queues, each with its own worker, so that no kind of work waits behind another:
+
+* ``watch``: the long-running stream tasks, on a thread-pool worker so one process can hold
+  many streams.
+* ``alerts``: alert evaluation, mail and chat delivery, and watcher supervision. Short tasks
+  only: however slow an outside API gets, the evaluator that would alert about it is never
+  queued behind it.
+* ``default``: NKS polls, resizes and the housekeeping that dispatches them.
+
+Every task but the watchers has a soft and a hard time limit (`TASK_TIME_LIMITS`): the soft
+one raises ``SoftTimeLimitExceeded`` inside the task (so a poll releases its lock and says on
+its row that it was stopped), the hard one kills the process if the task did not stop.
+Celery enforces them in prefork workers (the ``default`` and ``alerts`` ones).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from celery import Celery
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
+DEFAULT_QUEUE = "default"
+ALERTS_QUEUE = "alerts"
+WATCH_QUEUE = "watch"
+QUEUES = (DEFAULT_QUEUE, ALERTS_QUEUE, WATCH_QUEUE)
+# A task still running this long after its soft limit is killed with its process.
+KILL_GRACE_SECONDS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class TimeLimits:
+    soft: int
+    hard: int
+
+
+def poll_time_limits() -> TimeLimits:
+    """An NKS poll's limits: NKS_POLL_TIME_LIMIT_SECONDS, then the kill. A poll's lock must
+    outlive the hard limit (`nks.poller.poll_lock`), so two polls never overlap."""
+    from django.conf import settings
+
+    soft = int(settings.NKS_POLL_TIME_LIMIT_SECONDS)
+    return TimeLimits(soft=soft, hard=soft + KILL_GRACE_SECONDS)
+
+
+# Seconds, per task. None: no limit, on purpose (say why beside it). A task missing here
+# gets BUILTIN_TIME_LIMITS; tests/dashboard/test_celery_limits.py insists that every task of
+# ours is listed.
+TASK_TIME_LIMITS: dict[str, TimeLimits | Callable[[], TimeLimits] | None] = {
+    # A watcher runs as long as its worker holds the cluster's lock: for days. It is not
+    # stopped by a clock but supervised: it renews its lock, its probe closes a stuck stream
+    # (leases.watch_probe), `ensure_watchers` restarts a dead one within the lock's TTL and
+    # `source_stale` alerts on a quiet one. The thread pool of the `watch` worker could not
+    # enforce a limit anyway (Celery enforces them in prefork workers only).
+    "leases.tasks.watch_cluster": None,
+    # A handful of queries each.
+    "leases.tasks.ensure_watchers": TimeLimits(soft=20, hard=30),
+    "dashboard.tasks.record_worker_heartbeat": TimeLimits(soft=10, hard=20),
+    "nks.tasks.poll_due_accounts": TimeLimits(soft=20, hard=30),
+    "nks.tasks.sweep_resizes": TimeLimits(soft=30, hard=45),
+    "alerts.tasks.send_due_notifications": TimeLimits(soft=20, hard=30),
+    # One poll: the cluster list, then the rest concurrently, every call bounded by the
+    # client's own deadline.
+    "nks.tasks.poll_account": poll_time_limits,
+    # A read and at most one write to NKS (never retried); a stopped submit leaves its row
+    # in flight, and `sweep_resizes` follows it up as a write whose fate is unknown.
+    "nks.tasks.submit_resize": TimeLimits(soft=120, hard=150),
+    "nks.tasks.follow_resize": TimeLimits(soft=60, hard=90),
+    # One bulk delete of old health samples, hourly.
+    "nks.tasks.prune_health_history": TimeLimits(soft=300, hard=360),
+    # Evaluation holds a lock of 30 s (alerts.evaluation.EVALUATION_LOCK_TTL): it is stopped
+    # before the lock could lapse, so two evaluations never run at once.
+    "alerts.tasks.evaluate_alerts": TimeLimits(soft=20, hard=28),
+    "alerts.tasks.evaluate_due": TimeLimits(soft=20, hard=28),
+    # One mail or chat post. Below the shortest claim on the row (alerts.delivery: 70 s for
+    # a channel post, longer for mail) so a stopped sender's row is retried, never sent by
+    # two senders at once.
+    "alerts.tasks.send_notification": TimeLimits(soft=45, hard=60),
+}
+# Celery's own tasks (celery.chord_unlock, ...): this app never uses them, bounded anyway.
+BUILTIN_TIME_LIMITS = TimeLimits(soft=60, hard=90)
+
+
+def time_limits_of(task_name: str) -> TimeLimits | None:
+    entry = TASK_TIME_LIMITS.get(task_name, BUILTIN_TIME_LIMITS)
+    return entry() if callable(entry) else entry
+
+
+class TimeLimitAnnotations:
+    """Celery's ``task_annotations`` hook: each task's limits from `TASK_TIME_LIMITS`, read
+    when the task is bound (Django's settings are loaded by then)."""
+
+    def annotate(self, task: Any) -> dict[str, int | None]:
+        limits = time_limits_of(task.name)
+        if limits is None:
+            return {"soft_time_limit": None, "time_limit": None}
+        return {"soft_time_limit": limits.soft, "time_limit": limits.hard}
+
+    def annotate_any(self) -> None:
+        return None
+
+
 app = Celery("dashboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.task_queues = (Queue("default"), Queue("watch"))
+app.conf.task_queues = tuple(Queue(name) for name in QUEUES)
+app.conf.task_annotations = (TimeLimitAnnotations(),)
 app.conf.task_routes = {
-    "leases.tasks.watch_*": {"queue": "watch"},
+    "leases.tasks.watch_*": {"queue": WATCH_QUEUE},
+    # Supervising watchers is a few queries that must run while polls are slow: on the
+    # queue that is kept short, beside the evaluation that alerts on a dead watcher.
+    "leases.tasks.ensure_watchers": {"queue": ALERTS_QUEUE},
+    "alerts.tasks.*": {"queue": ALERTS_QUEUE},
 }
 # The schedule lives in code, beside the tasks it names, so a deploy cannot drift from it.
 app.conf.beat_schedule = {
@@ -25,37 +125,36 @@ app.conf.beat_schedule = {
     "ensure-lease-watchers": {
         "task": "leases.tasks.ensure_watchers",
         "schedule": 5.0,
-        "options": {"queue": "default", "expires": 5.0},
+        "options": {"queue": ALERTS_QUEUE, "expires": 5.0},
     },
-    "heartbeat-default-queue": {
-        "task": "dashboard.tasks.record_worker_heartbeat",
-        "schedule": 15.0,
-        "args": ("default",),
-        "options": {"queue": "default", "expires": 15.0},
-    },
-    "heartbeat-watch-queue": {
-        "task": "dashboard.tasks.record_worker_heartbeat",
-        "schedule": 15.0,
-        "args": ("watch",),
-        "options": {"queue": "watch", "expires": 15.0},
+    # One heartbeat per queue, run by that queue's worker: a queue whose worker is gone or
+    # stuck goes silent on the overview page and in /metrics.
+    **{
+        f"heartbeat-{queue}-queue": {
+            "task": "dashboard.tasks.record_worker_heartbeat",
+            "schedule": 15.0,
+            "args": (queue,),
+            "options": {"queue": queue, "expires": 15.0},
+        }
+        for queue in QUEUES
     },
     # Each NKS account is polled every NKS_POLL_SECONDS: this only claims the accounts that
     # are due (on their rows), so the interval is a setting read at run time, not here.
     "nks-poll-due-accounts": {
         "task": "nks.tasks.poll_due_accounts",
         "schedule": 5.0,
-        "options": {"queue": "default", "expires": 5.0},
+        "options": {"queue": DEFAULT_QUEUE, "expires": 5.0},
     },
     # Re-sends resize requests whose task was lost and resumes following stalled ones.
     "nks-sweep-resizes": {
         "task": "nks.tasks.sweep_resizes",
         "schedule": 15.0,
-        "options": {"queue": "default", "expires": 15.0},
+        "options": {"queue": DEFAULT_QUEUE, "expires": 15.0},
     },
     "nks-prune-health-history": {
         "task": "nks.tasks.prune_health_history",
         "schedule": 3600.0,
-        "options": {"queue": "default", "expires": 600.0},
+        "options": {"queue": DEFAULT_QUEUE, "expires": 600.0},
     },
 }
 
@@ -72,7 +171,7 @@ def schedule_alerts(sender: Celery, **_: object) -> None:
         every,
         sender.signature("alerts.tasks.evaluate_alerts"),
         name="alerts-evaluate",
-        queue="default",
+        queue=ALERTS_QUEUE,
         expires=every,
     )
     # Sweep: queue every notification that is due, so a lost task message or a retry after
@@ -81,7 +180,7 @@ def schedule_alerts(sender: Celery, **_: object) -> None:
         every,
         sender.signature("alerts.tasks.send_due_notifications"),
         name="alerts-send-due",
-        queue="default",
+        queue=ALERTS_QUEUE,
         expires=every,
     )
 

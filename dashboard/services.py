@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext
 
+from dashboard.celery import QUEUES
 from dashboard.models import ApiToken, WorkerHeartbeat, hash_api_token
 from dashboard.timefmt import when
 
@@ -80,8 +81,9 @@ def record_worker_heartbeat(queue: str, worker: str) -> WorkerHeartbeat:
     return heartbeat
 
 
-def worker_status(queues: tuple[str, ...] = ("default", "watch")) -> list[dict[str, Any]]:
-    """Per queue: when a worker last ran a task, and whether that is too long ago."""
+def worker_status(queues: tuple[str, ...] = QUEUES) -> list[dict[str, Any]]:
+    """Per queue (every queue beat sends a heartbeat to): when a worker last ran a task, and
+    whether that is too long ago."""
     seen = {beat.queue: beat for beat in WorkerHeartbeat.objects.filter(queue__in=queues)}
     now = timezone.now()
     status = []

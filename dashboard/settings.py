@@ -401,6 +401,13 @@ ALERT_FLAP_WINDOW_SECONDS = env_int("ALERT_FLAP_WINDOW_SECONDS", 600, minimum=10
 ALERT_WATCH_STALE_SECONDS = env_int("ALERT_WATCH_STALE_SECONDS", 20, minimum=10)
 ALERT_NKS_GRACE_POLLS = env_int("ALERT_NKS_GRACE_POLLS", 2, minimum=0)
 ALERT_NKS_STALE_POLLS = env_int("ALERT_NKS_STALE_POLLS", 3, minimum=1)
+# A poll that has run this long is stuck (its time limit did not stop it, or its worker died
+# mid-poll): the `nks_poll_stuck` rule's default threshold. None: twice the poll's time limit.
+ALERT_NKS_POLL_STUCK_SECONDS: int | None = (
+    env_int("ALERT_NKS_POLL_STUCK_SECONDS", 240, minimum=10)
+    if env_optional("ALERT_NKS_POLL_STUCK_SECONDS") is not None
+    else None
+)
 ALERT_RESIZE_FAILED_HOURS = env_int("ALERT_RESIZE_FAILED_HOURS", 24, minimum=1)
 
 # --- Time -----------------------------------------------------------------------------------
@@ -619,6 +626,10 @@ NKS_HTTP_DEADLINE_SECONDS = env_int("NKS_HTTP_DEADLINE_SECONDS", 30, minimum=1, 
 NKS_HTTP_MAX_BODY_BYTES = env_int(
     "NKS_HTTP_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=64 * 1024, maximum=256 * 1024 * 1024
 )
+# A poll still running after this long is stopped (Celery's soft time limit) and recorded as
+# a failure on its account; its worker process is killed 30 s later if it does not stop.
+# The poll's lock outlives the hard limit, so two polls of one account never overlap.
+NKS_POLL_TIME_LIMIT_SECONDS = env_int("NKS_POLL_TIME_LIMIT_SECONDS", 120, minimum=10, maximum=3600)
 NKS_MAX_NODES_PER_NODEGROUP = env_int("NKS_MAX_NODES_PER_NODEGROUP", 10, minimum=1, maximum=1000)
 NKS_HEALTH_HISTORY_DAYS = env_int("NKS_HEALTH_HISTORY_DAYS", 7, minimum=1, maximum=366)
 # After a resize is sent, its progress is read back this often, for at most this long.

@@ -82,6 +82,15 @@ def client_for(account: NksAccount) -> nks.NksClient:
         return client
 
 
+def discard_client(account_id: int) -> None:
+    """Close and forget one account's client: a stopped poll's queued calls then fail at once
+    instead of being made, and the next poll starts with fresh connections."""
+    with _clients_lock:
+        cached = _clients.pop(account_id, None)
+    if cached is not None:
+        cached[1].close()
+
+
 def forget_clients() -> None:
     """Close every cached client (tests; a worker that shuts down)."""
     with _clients_lock:

@@ -115,6 +115,11 @@ class NksAccount(models.Model):
     last_success_at = models.DateTimeField(
         null=True, blank=True, help_text=_("Last poll that listed the clusters.")
     )
+    # Set while a poll of the account runs (under its lock), cleared when it ends however it
+    # ends: a moment long past means the poll is stuck or its worker died mid-poll.
+    poll_started_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("When the running poll started; empty between polls.")
+    )
     last_poll_seconds = models.FloatField(null=True, blank=True)
     last_poll_calls = models.IntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True)

@@ -149,7 +149,8 @@ def private_broker(tmp_path: Path) -> Iterator[None]:
 
 @pytest.fixture
 def celery_worker(private_broker: None) -> Iterator[None]:
-    """A real Celery worker in a thread, consuming the `default` queue of a private broker."""
+    """A real Celery worker in a thread, consuming the `default` and `alerts` queues of a
+    private broker (the `watch` queue's tasks run for as long as a watcher lives)."""
     from celery.contrib.testing.worker import start_worker
     from celery.signals import task_postrun
     from django.db import connections
@@ -164,7 +165,11 @@ def celery_worker(private_broker: None) -> Iterator[None]:
     task_postrun.connect(close, weak=False)
     try:
         with start_worker(
-            app, pool="solo", perform_ping_check=False, queues=["default"], loglevel="WARNING"
+            app,
+            pool="solo",
+            perform_ping_check=False,
+            queues=["default", "alerts"],
+            loglevel="WARNING",
         ):
             yield
     finally:

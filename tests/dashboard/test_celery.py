@@ -9,8 +9,8 @@ from dashboard.models import WorkerHeartbeat
 from dashboard.tasks import record_worker_heartbeat
 
 
-def test_two_queues_and_watch_tasks_are_routed_to_the_watch_queue() -> None:
-    assert {queue.name for queue in app.conf.task_queues} == {"default", "watch"}
+def test_three_queues_and_watch_tasks_are_routed_to_the_watch_queue() -> None:
+    assert {queue.name for queue in app.conf.task_queues} == {"default", "alerts", "watch"}
     assert app.conf.task_default_queue == "default"
     route = app.amqp.router.route({}, "leases.tasks.watch_cluster")
     assert route["queue"].name == "watch"
@@ -23,7 +23,7 @@ def test_beat_schedule_sends_a_heartbeat_to_each_queue() -> None:
         for entry in schedule.values()
         if entry["task"] == "dashboard.tasks.record_worker_heartbeat"
     }
-    assert queues == {"default", "watch"}
+    assert queues == {"default", "alerts", "watch"}
 
 
 def test_acks_late_is_off_unless_a_task_opts_in() -> None:

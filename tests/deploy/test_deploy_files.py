@@ -56,10 +56,10 @@ def test_docker_compose_file_is_valid(docker_compose: list[str]) -> None:
 def test_docker_compose_has_every_service_with_health_checks() -> None:
     compose = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"postgres", "redis", "web", "worker-watch", "worker", "beat", "mailpit"} <= set(
-        services
-    )
-    for name in ("postgres", "redis", "web", "worker-watch", "worker", "beat", "mailpit"):
+    names = ("postgres", "redis", "web", "worker-watch", "worker", "worker-alerts", "beat")
+    names += ("mailpit",)
+    assert set(names) <= set(services)
+    for name in names:
         assert "healthcheck" in services[name], name
     assert "pgdata:/var/lib/postgresql/data" in services["postgres"]["volumes"]
 
@@ -128,6 +128,44 @@ def test_workers_consume_their_own_queues_and_watchers_use_threads() -> None:
     assert watch_command[watch_command.index("--pool") + 1] == "threads"
     assert default[default.index("--queues") + 1] == "default"
     assert watch["serviceAccountName"] == "lease-dashboard"
+
+
+def _queues_of(command: list[str]) -> str:
+    return command[command.index("--queues") + 1]
+
+
+def test_every_queue_has_a_worker_in_each_way_to_run_the_dashboard() -> None:
+    from dashboard.celery import QUEUES
+
+    procfile = [
+        line.split(":", 1)[1].split()
+        for line in (REPO_ROOT / "Procfile").read_text().splitlines()
+        if " worker " in line
+    ]
+    compose = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())["services"]
+    deployments = [
+        document["spec"]["template"]["spec"]["containers"][0]["command"]
+        for document in _by_kind("Deployment")
+    ]
+    ways = {
+        "Procfile": [_queues_of(command) for command in procfile],
+        "docker-compose.yml": [
+            _queues_of(service["command"])
+            for service in compose.values()
+            if "worker" in service.get("command", [])
+        ],
+        "deploy/kubernetes": [_queues_of(c) for c in deployments if "worker" in c],
+    }
+    for way, queues in ways.items():
+        assert sorted(queues) == sorted(QUEUES), way
+
+
+def test_the_alerts_worker_is_a_prefork_worker_without_a_kubernetes_token() -> None:
+    # Celery enforces time limits in prefork workers only: the alerts tasks rely on them.
+    spec = _deployment("worker-alerts")["spec"]["template"]["spec"]
+    command = spec["containers"][0]["command"]
+    assert _queues_of(command) == "alerts" and "--pool" not in command
+    assert spec["automountServiceAccountToken"] is False
 
 
 def test_configuration_comes_from_a_secret_and_a_config_map() -> None:
