@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.contrib.auth import get_permission_codename
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from dashboard.admin import WriteOnlySecretsAdmin
 from nks.forms import NksAccountForm
 from nks.models import NksAccount, NksCluster, NksEvent, NksNodegroup, ResizeRequest
 from nks.resize_progress import give_up_resize
@@ -26,7 +28,7 @@ POLL_STATUS_FIELDS = (
 
 
 @admin.register(NksAccount)
-class NksAccountAdmin(admin.ModelAdmin):
+class NksAccountAdmin(WriteOnlySecretsAdmin):
     """Accounts; the password and token are write-only (never rendered back)."""
 
     form = NksAccountForm
@@ -94,7 +96,14 @@ class ResizeRequestAdmin(ReadOnlyAdmin):
     list_select_related = ("cluster",)
     actions = ("give_up",)
 
-    @admin.action(description=_("Give up following (mark failed)"))
+    def has_give_up_permission(self, request: HttpRequest) -> bool:
+        # Rows are read-only here (NKS and the resize service write them), yet giving up
+        # changes one: it takes the model's change permission, like any change.
+        opts = self.opts
+        codename = get_permission_codename("change", opts)
+        return request.user.has_perm(f"{opts.app_label}.{codename}")
+
+    @admin.action(description=_("Give up following (mark failed)"), permissions=["give_up"])
     def give_up(self, request: HttpRequest, queryset: QuerySet[ResizeRequest]) -> None:
         stopped = sum(
             give_up_resize(pk, request.user.get_username())
