@@ -1,16 +1,18 @@
 from __future__ import annotations
 
+from collections import Counter
+
 from django.contrib import admin, messages
 from django.contrib.auth import get_permission_codename
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from dashboard.admin import WriteOnlySecretsAdmin
 from nks.forms import NksAccountForm
 from nks.models import NksAccount, NksCluster, NksEvent, NksNodegroup, ResizeRequest
-from nks.resize_progress import give_up_resize
+from nks.resize_progress import GiveUp, give_up_resize
 
 POLL_STATUS_FIELDS = (
     "last_poll_at",
@@ -103,19 +105,40 @@ class ResizeRequestAdmin(ReadOnlyAdmin):
         codename = get_permission_codename("change", opts)
         return request.user.has_perm(f"{opts.app_label}.{codename}")
 
-    @admin.action(description=_("Give up following (mark failed)"), permissions=["give_up"])
+    @admin.action(description=_("Give up following"), permissions=["give_up"])
     def give_up(self, request: HttpRequest, queryset: QuerySet[ResizeRequest]) -> None:
-        stopped = sum(
+        outcomes = Counter(
             give_up_resize(pk, request.user.get_username())
             for pk in queryset.values_list("pk", flat=True)
         )
-        self.message_user(
-            request,
-            ngettext(
-                "Stopped following %(count)s request.",
-                "Stopped following %(count)s requests.",
-                stopped,
+        ended, unfollowed = outcomes[GiveUp.ENDED], outcomes[GiveUp.UNFOLLOWED]
+        if ended:
+            self.message_user(
+                request,
+                ngettext(
+                    "Ended %(count)s request: nothing had been sent to NKS.",
+                    "Ended %(count)s requests: nothing had been sent to NKS.",
+                    ended,
+                )
+                % {"count": ended},
+                messages.SUCCESS,
             )
-            % {"count": stopped},
-            messages.SUCCESS,
-        )
+        if unfollowed:
+            self.message_user(
+                request,
+                ngettext(
+                    "Stopped following %(count)s request. NKS may still be resizing: it stays "
+                    "in flight, and no other resize of its nodegroup starts, until NKS shows "
+                    "the nodegroup no longer updating.",
+                    "Stopped following %(count)s requests. NKS may still be resizing: they stay "
+                    "in flight, and no other resize of their nodegroups starts, until NKS shows "
+                    "the nodegroups no longer updating.",
+                    unfollowed,
+                )
+                % {"count": unfollowed},
+                messages.WARNING,
+            )
+        if not (ended or unfollowed):
+            self.message_user(
+                request, gettext("Nothing to give up: those requests have ended."), messages.INFO
+            )
