@@ -14,6 +14,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from axes.admin import AccessAttemptAdmin
+from axes.models import AccessAttempt
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
@@ -195,3 +197,20 @@ class UserPreferenceAdmin(admin.ModelAdmin):
     list_filter = ("language", "time_zone_offered")
     search_fields = ("user__username", "time_zone")
     readonly_fields = ("updated_at",)
+
+
+class GuardedAccessAttemptAdmin(AccessAttemptAdmin):
+    """django-axes' lockouts, whose one action (deleting expired attempts) anyone who may
+    view them could run: it takes the permission to delete them."""
+
+    def has_cleanup_permission(self, request: HttpRequest) -> bool:
+        return self.has_delete_permission(request)
+
+    @admin.action(description=_("Clean up expired attempts"), permissions=["cleanup"])
+    def cleanup_expired_attempts(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        super().cleanup_expired_attempts(request, queryset)
+
+
+if admin.site.is_registered(AccessAttempt):  # axes registers it when AXES_ENABLE_ADMIN
+    admin.site.unregister(AccessAttempt)
+    admin.site.register(AccessAttempt, GuardedAccessAttemptAdmin)
