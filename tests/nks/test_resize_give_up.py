@@ -72,12 +72,13 @@ def test_giving_up_while_nks_resizes_keeps_the_guard_until_nks_is_done(
     assert state(request) == ResizeState.IN_PROGRESS
 
     page = give_up(resize_admin, request)
-    assert "NKS may still be resizing" in page
-    request.refresh_from_db()
-    assert (request.state, request.given_up_by) == (ResizeState.IN_PROGRESS, "ada")
-    assert follow_resize(request.pk) is False, "no longer followed"
+    assert state(request) == ResizeState.IN_PROGRESS, "still in flight: NKS is resizing"
     with pytest.raises(ResizeConflict):
         resize(operator, 5)
+    assert "NKS may still be resizing" in page
+    request.refresh_from_db()
+    assert request.given_up_by == "ada"
+    assert follow_resize(request.pk) is False, "no longer followed"
 
     # NKS still resizing at the next poll: still guarded.
     assert poll_account(polled.pk).ok
