@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.auth import get_permission_codename
@@ -47,6 +48,16 @@ class NksAccountAdmin(WriteOnlySecretsAdmin):
         (_("Or a fixed token"), {"fields": ("token", "clear_token")}),
         (_("Polling"), {"fields": POLL_STATUS_FIELDS}),
     )
+
+    def get_fieldsets(self, request: HttpRequest, obj: NksAccount | None = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or self.has_change_permission(request, obj):
+            return fieldsets
+        # "Clear token" is a form box, not a column: a reader has nothing to see in it.
+        return [
+            (title, {**options, "fields": [f for f in options["fields"] if f != "clear_token"]})
+            for title, options in fieldsets
+        ]
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

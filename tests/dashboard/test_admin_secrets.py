@@ -190,3 +190,32 @@ def test_every_admin_of_a_model_with_a_secret_keeps_it_write_only() -> None:
         model_admin = admin.site._registry.get(model)
         if model_admin is not None:
             assert isinstance(model_admin, WriteOnlySecretsAdmin), (model._meta.label, field)
+
+
+def test_a_secret_changed_in_admin_says_when_and_by_whom(django_user_model: Any) -> None:
+    from nks.models import NksAccount
+
+    users = make_users(django_user_model)
+    rows_holding_secrets(users["superuser"])
+    kr1 = NksAccount.objects.get(name="kr1")
+    change = f"/admin/nks/nksaccount/{kr1.pk}/change/"
+    client = Client()
+    client.force_login(users["superuser"])
+    form = {
+        "name": "kr1",
+        "enabled": "on",
+        "api_url": kr1.api_url,
+        "identity_url": kr1.identity_url,
+        "tenant_id": kr1.tenant_id,
+        "username": kr1.username,
+        "password": "a-new-password-SECRET",
+        "token": "",
+    }
+    response = client.post(change, form)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert NksAccount.objects.get(pk=kr1.pk).password == "a-new-password-SECRET"
+    client.force_login(users["viewer"])
+    html = client.get(change).content.decode()
+    assert "set (last changed " in html and " by root)" in html
+    assert "a-new-password-SECRET" not in html
+    assert "Clear token" not in html, "a form-only box means nothing to a reader"
