@@ -36,6 +36,7 @@ from alerts.models import (
     Silence,
 )
 from alerts.rules import RULE_SPECS
+from dashboard.admin import WriteOnlySecretsAdmin
 from dashboard.forms import write_only_secret
 
 RECENT_NOTIFICATIONS = 20
@@ -154,7 +155,7 @@ class NotificationAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    @admin.action(description=_("Retry now (failed or waiting ones)"))
+    @admin.action(description=_("Retry now (failed or waiting ones)"), permissions=["change"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Notification]) -> None:
         retried = sum(
             delivery.retry_notification_now(pk)
@@ -253,13 +254,17 @@ class AlertChannelForm(forms.ModelForm):
         self.initial.pop("url", None)
         self.initial.pop("signing_secret", None)
         self.initial["clusters"] = "\n".join(self.instance.clusters or [])
-        self.fields["time_zone"].help_text = _(
-            "Times in its messages, e.g. Asia/Seoul; empty: TIME_ZONE."
-        )
-        self.fields["language"].help_text = _("Empty: ALERT_EMAIL_LANGUAGE.")
-        self.fields["max_per_minute"].help_text = _(
-            "More messages than this in a minute wait, and fold into one summary; 0: no limit."
-        )
+        # A reader who may only view the channel gets a form without these fields.
+        help_texts = {
+            "time_zone": _("Times in its messages, e.g. Asia/Seoul; empty: TIME_ZONE."),
+            "language": _("Empty: ALERT_EMAIL_LANGUAGE."),
+            "max_per_minute": _(
+                "More messages than this in a minute wait, and fold into one summary; 0: no limit."
+            ),
+        }
+        for name, help_text in help_texts.items():
+            if name in self.fields:
+                self.fields[name].help_text = help_text
 
     def clean_url(self) -> str:
         value: str = self.cleaned_data.get("url", "")
@@ -298,7 +303,7 @@ class AlertChannelForm(forms.ModelForm):
 
 
 @admin.register(AlertChannel)
-class AlertChannelAdmin(admin.ModelAdmin):
+class AlertChannelAdmin(WriteOnlySecretsAdmin):
     form = AlertChannelForm
     list_display = (
         "name",
@@ -372,7 +377,7 @@ class AlertChannelAdmin(admin.ModelAdmin):
             body,
         )
 
-    @admin.action(description=_("Send a test message (through the outbox)"))
+    @admin.action(description=_("Send a test message (through the outbox)"), permissions=["change"])
     def send_test_message(self, request: HttpRequest, queryset: QuerySet[AlertChannel]) -> None:
         channels = list(queryset)
         for channel in channels:

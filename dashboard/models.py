@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -34,6 +35,12 @@ class ClusterActions(models.Model):
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
     def active(self) -> ApiTokenQuerySet:
         return self.filter(revoked_at__isnull=True, user__is_active=True)
+
+    def update(self, **kwargs: Any) -> int:
+        # Revocation is final: no update may clear it (issue a new token instead).
+        if "revoked_at" in kwargs and kwargs["revoked_at"] is None:
+            raise ValueError("A revoked API token cannot be restored: issue a new one.")
+        return super().update(**kwargs)
 
 
 class ApiToken(models.Model):
@@ -74,6 +81,25 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Revocation is final: saving a token whose row is revoked keeps it revoked.
+
+        An instance read before someone revoked the row (an admin's open form, say) must not
+        bring it back by saving its stale, empty ``revoked_at``.
+        """
+        update_fields = kwargs.get("update_fields")
+        writes_revocation = update_fields is None or "revoked_at" in update_fields
+        if self.pk is not None and self.revoked_at is None and writes_revocation:
+            stored = (
+                type(self)
+                .objects.filter(pk=self.pk, revoked_at__isnull=False)
+                .values_list("revoked_at", flat=True)
+                .first()
+            )
+            if stored is not None:
+                self.revoked_at = stored
+        super().save(*args, **kwargs)
 
     @classmethod
     def issue(

@@ -8,6 +8,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from dashboard.admin import WriteOnlySecretsAdmin
 from leases import kube
 from leases.models import KubeCluster, LeaderGroup, Lease, LeaseCandidate, LeaseTransition
 
@@ -72,58 +73,57 @@ class KubeClusterForm(forms.ModelForm):
         return cluster
 
 
+# What the watcher writes: shown, never edited.
+WATCHER_STATUS_FIELDS = (
+    "watcher_id",
+    "connected",
+    "connected_since",
+    "last_event_at",
+    "last_flush_at",
+    "last_list_at",
+    "resource_version",
+    "events_per_second",
+    "events_total",
+    "reconnects_total",
+    "relists_total",
+    "lag_seconds",
+    "last_error",
+    "last_error_at",
+    "config_warning",
+    "nks_api_address",
+    "skipped_objects_total",
+    "leases_cut_total",
+    "leases_last_cut",
+    "leases_last_cut_bytes",
+    "leases_last_cut_at",
+    "candidates_api",
+    "candidates_problem",
+    "nodes_watch",
+    "nodes_connected_since",
+    "nodes_last_list_at",
+    "nodes_last_event_at",
+    "nodes_resource_version",
+    "nodes_events_total",
+    "nodes_relists_total",
+    "nodes_reconnects_total",
+    "nodes_lag_seconds",
+    "nodes_last_error",
+    "nodes_last_error_at",
+    "nodes_cut_total",
+    "nodes_last_cut",
+    "nodes_last_cut_bytes",
+    "nodes_last_cut_at",
+)
+
+
 @admin.register(KubeCluster)
-class KubeClusterAdmin(admin.ModelAdmin):
+class KubeClusterAdmin(WriteOnlySecretsAdmin):
     form = KubeClusterForm
     list_display = ("name", "enabled", "source", "connected", "last_event_at", "last_error")
     list_filter = ("enabled", "source", "connected")
     search_fields = ("name",)
-
-    def get_readonly_fields(
-        self, request: HttpRequest, obj: KubeCluster | None = None
-    ) -> list[str]:
-        return [
-            "watcher_id",
-            "connected",
-            "connected_since",
-            "last_event_at",
-            "last_flush_at",
-            "last_list_at",
-            "resource_version",
-            "events_per_second",
-            "events_total",
-            "reconnects_total",
-            "relists_total",
-            "lag_seconds",
-            "last_error",
-            "last_error_at",
-            "config_warning",
-            "nks_api_address",
-            "skipped_objects_total",
-            "candidates_api",
-            "candidates_problem",
-            "nodes_watch",
-            "nodes_connected_since",
-            "nodes_last_list_at",
-            "nodes_last_event_at",
-            "nodes_resource_version",
-            "nodes_events_total",
-            "nodes_relists_total",
-            "nodes_reconnects_total",
-            "nodes_lag_seconds",
-            "nodes_last_error",
-            "nodes_last_error_at",
-        ]
-
-    def get_fields(self, request: HttpRequest, obj: KubeCluster | None = None) -> list[str]:
-        return [
-            "name",
-            "enabled",
-            "source",
-            "kubeconfig",
-            "context",
-            *self.get_readonly_fields(request, obj),
-        ]
+    readonly_fields = WATCHER_STATUS_FIELDS
+    fields = ("name", "enabled", "source", "kubeconfig", "context", *WATCHER_STATUS_FIELDS)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

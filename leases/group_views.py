@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import forms
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect
@@ -14,6 +15,7 @@ from django.views.decorators.http import require_http_methods
 
 from dashboard.htmx import render_page
 from leases.groups import leader_group, set_expected_size
+from leases.models import LeaderGroup
 from leases.presenters.groups import group_detail, groups_page
 
 
@@ -31,6 +33,23 @@ class ExpectedSizeForm(forms.Form):
     )
 
 
+def may_record_expected_size(
+    user: AbstractBaseUser | AnonymousUser, cluster: str, namespace: str, name: str
+) -> bool:
+    """The admin's rule for the group's row, so neither place is a way around the other:
+    an active staff account with the permission to change leader groups, and to add one
+    when the group has no row yet (the page writes with update_or_create)."""
+    if not (user.is_active and getattr(user, "is_staff", False)):
+        return False
+    needed = ["leases.change_leadergroup"]
+    exists = LeaderGroup.objects.filter(
+        cluster__name=cluster, namespace=namespace, name=name
+    ).exists()
+    if not exists:
+        needed.append("leases.add_leadergroup")
+    return user.has_perms(needed)
+
+
 def group_list(request: HttpRequest) -> HttpResponse:
     return render_page(request, "leases/groups.html", {"page": groups_page(timezone.now())})
 
@@ -45,8 +64,9 @@ def group_page(request: HttpRequest, cluster: str, namespace: str, name: str) ->
     detail = group_detail(cluster, namespace, name, timezone.now())
     if detail is None:
         raise Http404(_("No such leader group"))
+    may_record = may_record_expected_size(request.user, cluster, namespace, name)
     refused = request.GET.get(REFUSED_SIZE_PARAMETER)
-    if refused is not None and request.user.is_staff and not request.htmx:
+    if refused is not None and may_record and not request.htmx:
         # Back from a refused size: the value as typed, with its error beside the field.
         form = ExpectedSizeForm({"expected_size": refused[:REFUSED_SIZE_CHARS]})
         if not form.is_valid():
@@ -55,7 +75,9 @@ def group_page(request: HttpRequest, cluster: str, namespace: str, name: str) ->
     else:
         form = ExpectedSizeForm(initial={"expected_size": detail.row.expected})
     return render_page(
-        request, "leases/group_detail.html", {"detail": detail, "group": detail.row, "form": form}
+        request,
+        "leases/group_detail.html",
+        {"detail": detail, "group": detail.row, "form": form, "may_record": may_record},
     )
 
 
@@ -68,12 +90,16 @@ def group_expected_size(
     page = reverse("leases:group", args=[cluster, namespace, name])
     if request.method != "POST":
         return redirect(page)
-    # The same people who may change the group's row in admin: staff.
-    if not request.user.is_staff:
-        raise PermissionDenied(_("Recording a group's expected size needs a staff account."))
     group = leader_group(cluster, namespace, name, timezone.now())
     if group is None:
         raise Http404(_("No such leader group"))
+    if not may_record_expected_size(request.user, cluster, namespace, name):
+        raise PermissionDenied(
+            _(
+                "Recording a group's expected size needs a staff account that may change "
+                "leader groups in admin."
+            )
+        )
     form = ExpectedSizeForm(request.POST)
     if not form.is_valid():
         typed = request.POST.get("expected_size", "")[:REFUSED_SIZE_CHARS]

@@ -1,14 +1,19 @@
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 from django.contrib import admin, messages
+from django.contrib.auth import get_permission_codename
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
+from dashboard.admin import WriteOnlySecretsAdmin
 from nks.forms import NksAccountForm
 from nks.models import NksAccount, NksCluster, NksEvent, NksNodegroup, ResizeRequest
-from nks.resize_progress import give_up_resize
+from nks.resize_progress import GiveUp, give_up_resize
 
 POLL_STATUS_FIELDS = (
     "last_poll_at",
@@ -26,7 +31,7 @@ POLL_STATUS_FIELDS = (
 
 
 @admin.register(NksAccount)
-class NksAccountAdmin(admin.ModelAdmin):
+class NksAccountAdmin(WriteOnlySecretsAdmin):
     """Accounts; the password and token are write-only (never rendered back)."""
 
     form = NksAccountForm
@@ -43,6 +48,16 @@ class NksAccountAdmin(admin.ModelAdmin):
         (_("Or a fixed token"), {"fields": ("token", "clear_token")}),
         (_("Polling"), {"fields": POLL_STATUS_FIELDS}),
     )
+
+    def get_fieldsets(self, request: HttpRequest, obj: NksAccount | None = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or self.has_change_permission(request, obj):
+            return fieldsets
+        # "Clear token" is a form box, not a column: a reader has nothing to see in it.
+        return [
+            (title, {**options, "fields": [f for f in options["fields"] if f != "clear_token"]})
+            for title, options in fieldsets
+        ]
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -94,19 +109,47 @@ class ResizeRequestAdmin(ReadOnlyAdmin):
     list_select_related = ("cluster",)
     actions = ("give_up",)
 
-    @admin.action(description=_("Give up following (mark failed)"))
+    def has_give_up_permission(self, request: HttpRequest) -> bool:
+        # Rows are read-only here (NKS and the resize service write them), yet giving up
+        # changes one: it takes the model's change permission, like any change.
+        opts = self.opts
+        codename = get_permission_codename("change", opts)
+        return request.user.has_perm(f"{opts.app_label}.{codename}")
+
+    @admin.action(description=_("Give up following"), permissions=["give_up"])
     def give_up(self, request: HttpRequest, queryset: QuerySet[ResizeRequest]) -> None:
-        stopped = sum(
+        outcomes = Counter(
             give_up_resize(pk, request.user.get_username())
             for pk in queryset.values_list("pk", flat=True)
         )
-        self.message_user(
-            request,
-            ngettext(
-                "Stopped following %(count)s request.",
-                "Stopped following %(count)s requests.",
-                stopped,
+        ended, unfollowed = outcomes[GiveUp.ENDED], outcomes[GiveUp.UNFOLLOWED]
+        if ended:
+            self.message_user(
+                request,
+                ngettext(
+                    "Ended %(count)s request: nothing had been sent to NKS.",
+                    "Ended %(count)s requests: nothing had been sent to NKS.",
+                    ended,
+                )
+                % {"count": ended},
+                messages.SUCCESS,
             )
-            % {"count": stopped},
-            messages.SUCCESS,
-        )
+        if unfollowed:
+            self.message_user(
+                request,
+                ngettext(
+                    "Stopped following %(count)s request. NKS may still be resizing: it stays "
+                    "in flight, and no other resize of its nodegroup starts, until NKS shows "
+                    "the nodegroup no longer updating.",
+                    "Stopped following %(count)s requests. NKS may still be resizing: they stay "
+                    "in flight, and no other resize of their nodegroups starts, until NKS shows "
+                    "the nodegroups no longer updating.",
+                    unfollowed,
+                )
+                % {"count": unfollowed},
+                messages.WARNING,
+            )
+        if not (ended or unfollowed):
+            self.message_user(
+                request, gettext("Nothing to give up: those requests have ended."), messages.INFO
+            )

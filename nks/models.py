@@ -473,6 +473,11 @@ class ResizeRequest(models.Model):
     error = models.TextField(blank=True)
     error_kind = models.CharField(max_length=20, blank=True)
     error_status = models.IntegerField(null=True, blank=True)
+    # An admin gave up following it (nks.resize_progress.give_up_resize). Once NKS may have
+    # been called it stays in flight, and keeps the one-resize guard, until NKS shows the
+    # nodegroup no longer updating.
+    given_up_by = models.CharField(max_length=150, blank=True)
+    given_up_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

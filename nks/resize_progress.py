@@ -7,6 +7,7 @@ The request and the one call to NKS are ``nks.resizes``.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -130,6 +131,10 @@ def advance_resize(request: ResizeRequest, now: datetime) -> ResizeState:
             event.contents or nodegroup.status_reason or gettext("NKS reports the resize failed.")
         )
         fields["finished_at"] = event.nks_updated_at or now
+    elif nks_done_after_give_up(request, changed):
+        # NKS's own answer on the nodegroup ends a request an admin gave up on, even when
+        # its event never settles (the reason to give up on a request).
+        verdict = _given_up_verdict(request, fields, now)
     elif (event is not None and event.state == EventState.IN_PROGRESS) or (
         changed and phase is OperationPhase.IN_PROGRESS
     ):
@@ -193,10 +198,15 @@ def advance_resizes_from_poll(account_id: int) -> None:
 
 
 def claim_follow_check(request_id: int, now: datetime) -> bool:
-    """One progress check at a time, at most every half interval, however many tasks run."""
+    """One progress check at a time, at most every half interval, however many tasks run.
+
+    Never for a request an admin gave up on: only the regular poll reads it back then.
+    """
     spacing = timedelta(seconds=settings.NKS_RESIZE_FOLLOW_SECONDS / 2)
     return (
-        ResizeRequest.objects.filter(pk=request_id, state__in=IN_FLIGHT_STATES)
+        ResizeRequest.objects.filter(
+            pk=request_id, state__in=IN_FLIGHT_STATES, given_up_at__isnull=True
+        )
         .filter(Q(last_checked_at__isnull=True) | Q(last_checked_at__lte=now - spacing))
         .update(last_checked_at=now)
         == 1
@@ -262,14 +272,73 @@ def sweep_resizes(now: datetime) -> SweepResult:
     return SweepResult(resent=resend, followed=follow)
 
 
-def give_up_resize(request_id: int, who: str) -> bool:
-    """Stop following a stuck request (admin): failed, with who gave up in the audit."""
-    return fail_request(
-        request_id,
-        IN_FLIGHT_STATES,
-        gettext(
-            "Given up by %(who)s: the dashboard stopped following it. Check NKS before "
-            "resizing again."
-        )
-        % {"who": who},
+class GiveUp(enum.Enum):
+    """What giving up on a request did."""
+
+    ENDED = "ended"  # nothing had been sent to NKS: failed at once, the guard released
+    UNFOLLOWED = "unfollowed"  # NKS may be acting: no longer followed, still guarded
+    NOTHING = "nothing"  # already ended, or already given up
+
+
+def give_up_resize(request_id: int, who: str) -> GiveUp:
+    """Stop following a request (admin), never releasing the one-resize guard early.
+
+    A request nothing was sent for (queued, or claimed before its one call) fails at once:
+    the conditional updates of ``submit_resize`` then refuse to send it. Once the call may
+    have reached NKS, NKS may be resizing: the dashboard stops following it fast, and the
+    request stays in flight, and so blocks another resize of the nodegroup, until a reading
+    taken after the give-up shows NKS finished (``advance_resize``), or NKS's own evidence
+    ends it as before.
+    """
+    now = timezone.now()
+    ended = ResizeRequest.objects.filter(
+        pk=request_id,
+        state__in=(ResizeState.PENDING, ResizeState.SUBMITTING),
+        nks_called_at__isnull=True,
+    ).update(
+        state=ResizeState.FAILED,
+        error=gettext("Given up by %(who)s before anything was sent to NKS.") % {"who": who},
+        finished_at=now,
+        given_up_by=who,
+        given_up_at=now,
     )
+    if ended:
+        return GiveUp.ENDED
+    unfollowed = ResizeRequest.objects.filter(
+        pk=request_id, state__in=IN_FLIGHT_STATES, given_up_at__isnull=True
+    ).update(given_up_by=who, given_up_at=now, follow_until=now)
+    return GiveUp.UNFOLLOWED if unfollowed else GiveUp.NOTHING
+
+
+def nks_done_after_give_up(request: ResizeRequest, changed: bool) -> bool:
+    """Whether a given-up request may end: NKS acted on it and its nodegroup is no longer
+    updating.
+
+    Only a reading of the nodegroup taken after the give-up counts (an older one may predate
+    NKS starting), and NKS must have shown a sign of this resize (started, or the nodegroup
+    changed since the call). Without any sign, the usual windows end it ("no sign of
+    starting"), as for a request nobody gave up on.
+    """
+    nodegroup = request.nodegroup
+    if request.given_up_at is None or nodegroup.polled_at is None:
+        return False
+    if nodegroup.polled_at < request.given_up_at or nodegroup.phase is OperationPhase.IN_PROGRESS:
+        return False
+    return request.state == ResizeState.IN_PROGRESS or changed
+
+
+def _given_up_verdict(request: ResizeRequest, fields: dict[str, Any], now: datetime) -> ResizeState:
+    nodegroup = request.nodegroup
+    fields["finished_at"] = now
+    if nodegroup.node_count == request.to_count and nodegroup.phase is OperationPhase.COMPLETE:
+        return ResizeState.SUCCEEDED
+    fields["error"] = gettext(
+        "Given up by %(who)s; NKS then showed nodegroup %(nodegroup)s %(status)s (no longer "
+        "updating) with %(count)s nodes."
+    ) % {
+        "who": request.given_up_by,
+        "nodegroup": nodegroup.name,
+        "status": nodegroup.status or "-",
+        "count": "-" if nodegroup.node_count is None else nodegroup.node_count,
+    }
+    return ResizeState.FAILED

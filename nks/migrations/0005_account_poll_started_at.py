@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('nks', '0003_nodegroup_nodes_come_from_the_cluster'),
+        ('nks', '0004_resize_given_up'),
     ]
 
     operations = [

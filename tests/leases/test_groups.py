@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 import time_machine
+from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -216,14 +217,26 @@ def test_hostile_identity_is_escaped(engineer_client: Client) -> None:
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in text
 
 
-def test_only_staff_record_the_expected_size(engineer_client: Client, engineer) -> None:  # type: ignore[no-untyped-def]
+def test_only_who_may_change_the_group_in_admin_records_the_expected_size(
+    engineer_client: Client,
+    engineer,  # type: ignore[no-untyped-def]
+) -> None:
     cluster = make_cluster()
     make_slot(cluster, "orders", 0)
     url = "/leases/clusters/prod/groups/apps/orders/expected-size/"
-    assert "Expected size" not in page(engineer_client, "/leases/clusters/prod/groups/apps/orders/")
+    group_page = "/leases/clusters/prod/groups/apps/orders/"
+    assert "Expected size" not in page(engineer_client, group_page)
     assert engineer_client.post(url, {"expected_size": "3"}).status_code == 403
+    # Staff alone is not enough: admin refuses that user the row, so does the page.
     engineer.is_staff = True
     engineer.save()
+    assert "Expected size" not in page(engineer_client, group_page)
+    assert engineer_client.post(url, {"expected_size": "3"}).status_code == 403
+    assert not LeaderGroup.objects.exists()
+    # The group has no row yet: changing one is not enough either, adding one is needed.
+    engineer.user_permissions.add(Permission.objects.get(codename="change_leadergroup"))
+    assert engineer_client.post(url, {"expected_size": "3"}).status_code == 403
+    engineer.user_permissions.add(Permission.objects.get(codename="add_leadergroup"))
     # Refused: back to the group page (post/redirect/get) with the value and its error.
     refused = engineer_client.post(url, {"expected_size": "0"})
     assert refused.status_code == 303
@@ -239,6 +252,24 @@ def test_only_staff_record_the_expected_size(engineer_client: Client, engineer) 
     assert LeaderGroup.objects.get(cluster=cluster, name="orders").expected_size == 3
     engineer_client.post(url, {"expected_size": ""})
     assert LeaderGroup.objects.get(cluster=cluster, name="orders").expected_size is None
+
+
+def test_a_recorded_group_takes_the_change_permission_as_in_admin(
+    engineer_client: Client,
+    engineer,  # type: ignore[no-untyped-def]
+) -> None:
+    cluster = make_cluster()
+    make_slot(cluster, "orders", 0)
+    LeaderGroup.objects.create(cluster=cluster, namespace="apps", name="orders", expected_size=2)
+    url = "/leases/clusters/prod/groups/apps/orders/expected-size/"
+    engineer.is_staff = True
+    engineer.save()
+    engineer.user_permissions.add(Permission.objects.get(codename="add_leadergroup"))
+    assert engineer_client.post(url, {"expected_size": "3"}).status_code == 403
+    engineer.user_permissions.add(Permission.objects.get(codename="change_leadergroup"))
+    assert "Expected size" in page(engineer_client, "/leases/clusters/prod/groups/apps/orders/")
+    assert engineer_client.post(url, {"expected_size": "3"}).status_code == 302
+    assert LeaderGroup.objects.get(name="orders").expected_size == 3
 
 
 def test_group_pages_read_a_fixed_number_of_queries(engineer_client: Client) -> None:
