@@ -9,4 +9,3 @@ from dashboard.hostile_input import visible_text
 
 register = template.Library()
 register.filter("visible", visible_text)
-
