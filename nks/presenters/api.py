@@ -76,6 +76,9 @@ def api_resize_request(request: ResizeRequest) -> dict[str, Any]:
         "nks_called_at": api_time(request.nks_called_at),
         "started_at": api_time(request.started_at),
         "finished_at": api_time(request.finished_at),
+        # Given up: no longer followed fast, still in flight while NKS may act on it.
+        "given_up_by": request.given_up_by or None,
+        "given_up_at": api_time(request.given_up_at),
         "error": request.error or None,
         "event": (
             {

@@ -155,8 +155,20 @@ def resize_detail(request: ResizeRequest, now: datetime) -> ResizeDetail:
         removals_note=note,
         server_now=iso_js(now),
         created_text=local_moment_text(request.created_at),
-        explanation=STATE_EXPLANATIONS[ResizeState(request.state)],
+        explanation=_explanation(request),
     )
+
+
+def _explanation(request: ResizeRequest) -> str | Promise:
+    state = ResizeState(request.state)
+    if request.given_up_at is not None and request.is_in_flight:
+        # Giving up stops the fast follow-up, not NKS: the guard on the nodegroup stays.
+        return gettext(
+            "%(who)s gave up following this resize at %(at)s. NKS may still be acting on it, so "
+            "no other resize of this nodegroup can start until a poll shows the nodegroup no "
+            "longer updating."
+        ) % {"who": request.given_up_by, "at": local_moment_text(request.given_up_at)}
+    return STATE_EXPLANATIONS[state]
 
 
 def _removal_text(node: RemovedNode, state: ResizeState) -> str:

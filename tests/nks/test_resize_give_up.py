@@ -130,3 +130,22 @@ def test_giving_up_before_anything_was_sent_ends_it_and_nothing_is_sent(
     assert submit_resize(request.pk) is None, "the task finds it taken"
     assert fake_nks.requests_seen(RESIZE_POSTS, method="POST") == []
     assert resize(operator, 5).state == ResizeState.PENDING
+
+
+def test_the_resize_page_and_api_say_it_was_given_up_and_still_guards_the_nodegroup(
+    polled: NksAccount, operator: Any, fake_nks: FakeNks, resize_admin: Client
+) -> None:
+    fake_nks.state.resize_delay = 3600
+    request = resize(operator, 4)
+    submit_resize(request.pk)
+    give_up(resize_admin, request)
+
+    reader = Client()
+    reader.force_login(operator)
+    page = reader.get(f"/clusters/resizes/{request.pk}/").content.decode()
+    assert "ada gave up following this resize" in page
+    assert "no other resize of this nodegroup can start" in page
+    answer = reader.get(f"/api/v1/nks/resize-requests/{request.pk}").json()
+    assert answer["given_up_by"] == "ada"
+    assert answer["given_up_at"] is not None
+    assert answer["in_flight"] is True
