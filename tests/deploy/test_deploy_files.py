@@ -28,6 +28,19 @@ def _documents() -> list[tuple[str, dict[str, Any]]]:
     return documents
 
 
+# Custom resources of other projects (the Prometheus Operator's ServiceMonitor): not in the
+# Kubernetes schema, and shipped only as examples, not applied by kustomization.yaml.
+FOREIGN_API_GROUPS = ("monitoring.coreos.com/",)
+
+
+def _core_documents() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (name, document)
+        for name, document in _documents()
+        if not document["apiVersion"].startswith(FOREIGN_API_GROUPS)
+    ]
+
+
 def _by_kind(kind: str) -> list[dict[str, Any]]:
     return [document for _, document in _documents() if document["kind"] == kind]
 
@@ -64,18 +77,22 @@ def test_docker_compose_has_every_service_with_health_checks() -> None:
     assert "pgdata:/var/lib/postgresql/data" in services["postgres"]["volumes"]
 
 
-@pytest.mark.parametrize(("file_name", "document"), _documents(), ids=lambda value: str(value)[:40])
+@pytest.mark.parametrize(
+    ("file_name", "document"), _core_documents(), ids=lambda value: str(value)[:40]
+)
 def test_manifest_matches_the_kubernetes_schema(file_name: str, document: dict[str, Any]) -> None:
     kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
 
 
-def test_kustomization_lists_every_manifest_but_the_secret_example() -> None:
+def test_kustomization_lists_every_manifest_but_the_examples() -> None:
     kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
-    on_disk = {path.name for path in MANIFESTS.glob("*.yaml")} - {
-        "kustomization.yaml",
-        "secret.example.yaml",
-    }
+    on_disk = {
+        path.name for path in MANIFESTS.glob("*.yaml") if not path.name.endswith(".example.yaml")
+    } - {"kustomization.yaml"}
     assert set(kustomization["resources"]) == on_disk
+    assert {"secret.example.yaml", "servicemonitor.example.yaml"} <= {
+        path.name for path in MANIFESTS.glob("*.example.yaml")
+    }
 
 
 READ_ONLY_RULES = [
@@ -135,3 +152,30 @@ def test_configuration_comes_from_a_secret_and_a_config_map() -> None:
         sources = deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"]
         assert {"configMapRef": {"name": "lease-dashboard"}} in sources
         assert {"secretRef": {"name": "lease-dashboard"}} in sources
+
+
+def test_metrics_are_not_opened_to_private_addresses_and_forwarded_for_is_not_believed() -> None:
+    """Behind the ingress every request comes from a private pod address: allowing private
+    ranges allowed the internet. Production needs the token; no range is configured."""
+    (config_map,) = _by_kind("ConfigMap")
+    assert "METRICS_ALLOWED_IPS" not in config_map["data"]
+    assert config_map["data"]["TRUSTED_PROXY_CIDRS"] == ""
+    (secret,) = _by_kind("Secret")
+    assert "METRICS_TOKEN" in secret["stringData"]
+
+
+def test_prometheus_scrapes_with_the_secrets_metrics_token() -> None:
+    (monitor,) = _by_kind("ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "lease-dashboard", "key": "METRICS_TOKEN"},
+    }
+    web_service = next(
+        service
+        for service in _by_kind("Service")
+        if service["metadata"]["labels"]["app.kubernetes.io/component"] == "web"
+    )
+    assert monitor["spec"]["selector"]["matchLabels"] == web_service["metadata"]["labels"]
+    assert endpoint["port"] in {port["name"] for port in web_service["spec"]["ports"]}
