@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import subprocess
@@ -179,3 +180,68 @@ def test_prometheus_scrapes_with_the_secrets_metrics_token() -> None:
     )
     assert monitor["spec"]["selector"]["matchLabels"] == web_service["metadata"]["labels"]
     assert endpoint["port"] in {port["name"] for port in web_service["spec"]["ports"]}
+
+
+def _pod_specs() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (document["metadata"]["name"], document["spec"]["template"]["spec"])
+        for document in _by_kind("Deployment") + _by_kind("Job")
+    ]
+
+
+def test_only_the_watch_worker_gets_a_service_account_token() -> None:
+    """A token in a pod that never calls the Kubernetes API is only something to steal."""
+    mounted = {name: spec.get("automountServiceAccountToken", True) for name, spec in _pod_specs()}
+    assert mounted.pop("lease-dashboard-worker-watch") is True
+    assert mounted and not any(mounted.values()), mounted
+    for name, spec in _pod_specs():
+        if name != "lease-dashboard-worker-watch":
+            assert "serviceAccountName" not in spec, name
+
+
+def test_every_pod_runs_unprivileged_on_a_read_only_root_filesystem() -> None:
+    for name, spec in _pod_specs():
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        volumes = {volume["name"]: volume for volume in spec.get("volumes", [])}
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["capabilities"]["drop"] == ["ALL"], name
+            for mount in container.get("volumeMounts", []):
+                assert "emptyDir" in volumes[mount["name"]], name
+
+
+def _ip_blocks(policy: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        peer["ipBlock"]
+        for rule in policy["spec"]["egress"]
+        for peer in rule["to"]
+        if "ipBlock" in peer
+    ]
+
+
+def test_the_egress_policy_allows_named_destinations_only_and_never_the_metadata_service() -> None:
+    (policy,) = _by_kind("NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/part-of": "lease-dashboard"
+    }
+    ports = set()
+    for rule in policy["spec"]["egress"]:
+        # A rule without `to` or `ports` allows every destination or every port.
+        assert rule.get("to") and rule.get("ports"), rule
+        ports |= {port["port"] for port in rule["ports"]}
+    assert {53, 5432, 6379, 587, 443, 6443} <= ports
+    metadata = ipaddress.ip_address("169.254.169.254")
+    for block in _ip_blocks(policy):
+        if metadata in ipaddress.ip_network(block["cidr"]):
+            excepted = [ipaddress.ip_network(cidr) for cidr in block.get("except", [])]
+            assert any(metadata in network for network in excepted), block
+    # The placeholders are documentation ranges, so an unedited copy reaches nothing.
+    documentation = [
+        ipaddress.ip_network(cidr) for cidr in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+    ]
+    for block in _ip_blocks(policy):
+        network = ipaddress.ip_network(block["cidr"])
+        assert any(network.subnet_of(range_) for range_ in documentation), block
