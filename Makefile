@@ -20,11 +20,13 @@ help:
 	@echo "make messages         extract the texts to translate into locale/ko (needs GNU gettext)"
 	@echo "make compilemessages  compile every locale/**/django.po into its .mo (committed)"
 
-$(STAMP): requirements.txt requirements-dev.txt
+# requirements-dev.lock is requirements-dev.txt with every file's hash (see the README): a
+# changed or substituted download fails the install, and --no-deps pulls in nothing unpinned.
+$(STAMP): requirements.txt requirements-dev.txt requirements.lock requirements-dev.lock
 	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is required" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements-dev.lock
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 import hmac
-import ipaddress
 import logging
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
@@ -26,6 +25,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from dashboard.proxies import client_address, in_networks, parse_networks
 from dashboard.services import worker_status
 
 logger = logging.getLogger(__name__)
@@ -97,20 +97,33 @@ def render_metrics() -> bytes:
     return generate_latest(REGISTRY)
 
 
-def metrics_access_allowed(request: HttpRequest) -> bool:
-    """A matching bearer token, or a client address inside METRICS_ALLOWED_IPS."""
+def _bearer_token_matches(request: HttpRequest) -> bool:
     header = request.headers.get("Authorization", "")
-    if settings.METRICS_TOKEN and header.startswith("Bearer "):
-        # Compared as bytes: compare_digest refuses str with non-ASCII characters
-        # (TypeError), and a header is whatever the client sent. surrogatepass: neither a
-        # header nor an environment variable is guaranteed to be valid Unicode.
-        sent = header.removeprefix("Bearer ").strip().encode("utf-8", "surrogatepass")
-        return hmac.compare_digest(sent, settings.METRICS_TOKEN.encode("utf-8", "surrogatepass"))
-    try:
-        client = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
-    except ValueError:
+    if not settings.METRICS_TOKEN or not header.startswith("Bearer "):
         return False
-    return any(
-        client in ipaddress.ip_network(network, strict=False)
-        for network in settings.METRICS_ALLOWED_IPS
-    )
+    # Compared as bytes: compare_digest refuses str with non-ASCII characters (TypeError),
+    # and a header is whatever the client sent. surrogatepass: neither a header nor an
+    # environment variable is guaranteed to be valid Unicode.
+    sent = header.removeprefix("Bearer ").strip().encode("utf-8", "surrogatepass")
+    return hmac.compare_digest(sent, settings.METRICS_TOKEN.encode("utf-8", "surrogatepass"))
+
+
+def _address_allowed(request: HttpRequest) -> bool:
+    client = client_address(request)
+    return client is not None and in_networks(client, parse_networks(settings.METRICS_ALLOWED_IPS))
+
+
+def metrics_access_allowed(request: HttpRequest) -> bool:
+    """Production: the METRICS_TOKEN bearer, always; development: the token or an address.
+
+    In production an address proves nothing: behind an ingress every request arrives from
+    the ingress pod's private address, so the internet would pass any address check. Without
+    METRICS_TOKEN, production metrics are off. METRICS_ALLOWED_IPS, when set there, narrows
+    where the token is accepted from. The address is the peer's unless it is a trusted proxy
+    (TRUSTED_PROXY_CIDRS; see dashboard/proxies.py).
+    """
+    if settings.PRODUCTION:
+        return _bearer_token_matches(request) and (
+            not settings.METRICS_ALLOWED_IPS or _address_allowed(request)
+        )
+    return _bearer_token_matches(request) or _address_allowed(request)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone, translation
 from django.utils.cache import add_never_cache_headers
@@ -33,9 +34,9 @@ def readyz(request: HttpRequest) -> HttpResponse:
 
 def metrics(request: HttpRequest) -> HttpResponse:
     if not metrics_access_allowed(request):
-        return JsonResponse(
-            {"error": "metrics need a bearer token or an allowed address"}, status=403
-        )
+        # Production never lets an address in alone (see metrics_access_allowed).
+        needed = "a bearer token" if settings.PRODUCTION else "a bearer token or an allowed address"
+        return JsonResponse({"error": f"metrics need {needed}"}, status=403)
     return HttpResponse(render_metrics(), content_type=CONTENT_TYPE_LATEST)
 
 

@@ -530,15 +530,27 @@ AXES_WHITELIST_CALLABLE = "dashboard.oidc.is_single_sign_on_attempt"
 AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "code", "state", "csrfmiddlewaretoken"]
 
 # --- Metrics --------------------------------------------------------------------------------
+# Production serves /metrics only to the METRICS_TOKEN bearer (unset: metrics are off);
+# METRICS_ALLOWED_IPS then only narrows where from. Development also lets these addresses in
+# without a token (loopback by default). See dashboard/metrics.py.
 METRICS_TOKEN = env_optional("METRICS_TOKEN")
-METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", ["127.0.0.1/32", "::1/128"])
-for _network in METRICS_ALLOWED_IPS:
-    try:
-        ipaddress.ip_network(_network, strict=False)
-    except ValueError:
-        raise BadEnvironment(
-            f"METRICS_ALLOWED_IPS entry {_network!r} is not an IP address or network."
-        ) from None
+METRICS_ALLOWED_IPS = env_list(
+    "METRICS_ALLOWED_IPS", [] if PRODUCTION else ["127.0.0.1/32", "::1/128"]
+)
+# Peers whose X-Forwarded-For is believed (an ingress or load balancer you run); empty: the
+# header is ignored and the peer's own address is the client's (dashboard/proxies.py).
+TRUSTED_PROXY_CIDRS = env_list("TRUSTED_PROXY_CIDRS", [])
+for _variable, _networks in (
+    ("METRICS_ALLOWED_IPS", METRICS_ALLOWED_IPS),
+    ("TRUSTED_PROXY_CIDRS", TRUSTED_PROXY_CIDRS),
+):
+    for _network in _networks:
+        try:
+            ipaddress.ip_network(_network, strict=False)
+        except ValueError:
+            raise BadEnvironment(
+                f"{_variable} entry {_network!r} is not an IP address or network."
+            ) from None
 
 # --- Static files ---------------------------------------------------------------------------
 STATIC_URL = "/static/"
