@@ -1,4 +1,5 @@
-"""The dashboard's own records: API tokens, worker heartbeats and the operator permission."""
+"""The dashboard's own records: API tokens, SSO identities, worker heartbeats and the operator
+permission."""
 
 from __future__ import annotations
 
