@@ -121,7 +121,7 @@ def test_lease_page_with_its_availability_strip_is_korean_with_api_terms_kept(
         "유효한 보유자",
         "리더 공백",
         "인계 시간 중앙값",
-        "원본 객체",
+        "어노테이션",
         "감시자의 마지막 기록",
     ):
         assert words in text, words
