@@ -430,9 +430,13 @@ class LeaseWatcher:
     def _refresh_candidates(self) -> None:
         if not server_trusted(self.cluster_id):
             return  # whether an NKS-given server answers is not shown before it is trusted
+        # A reader may forget the connection meanwhile (a 401): read it once, here.
+        api = self._api
+        if api is None:
+            return
         problem = ""
         try:
-            api_version, items = kube.list_lease_candidates(self._api)  # type: ignore[arg-type]
+            api_version, items = kube.list_lease_candidates(api)  # type: ignore[arg-type]
         except kube.KubeError as error:
             api_version, items = "", []
             problem = "forbidden" if error.kind == "forbidden" else "error"
