@@ -46,7 +46,7 @@ def test_acknowledge_and_silence_from_the_list_keep_focus_on_the_row_and_update_
 
     other = page.locator(f"#incident-{second.pk}")
     other.get_by_role("button", name=f"Silence incident {second.pk} for 1 hour").click()
-    expect(other.locator("[data-silenced]")).to_contain_text("Silenced until")
+    expect(other.locator("[data-silenced]")).to_contain_text("Silenced by erin until")
     expect(page.locator("#incident-status")).to_contain_text("Silenced until")
     expect(page.locator("#nav-alerts-badge")).to_be_hidden()
     page.wait_for_function(f"document.activeElement.id === 'incident-{second.pk}'")
