@@ -102,6 +102,13 @@ class StripSegment:
     end_text: str
     duration: str
 
+    @property
+    def who(self) -> str:
+        """Whose stretch it was, for its tooltip: the holder (and token), or what it was."""
+        if self.kind != SegmentKind.HELD:
+            return str(self.kind.label)
+        return f"{self.identity} ({self.token})" if self.token else self.identity
+
 
 @dataclass(frozen=True, slots=True)
 class StripHolder:
