@@ -236,7 +236,8 @@ def _list_page(
 
 
 def _read_timeout(deadline: float) -> float:
-    """The wait for a response's headers: no longer than the deadline leaves."""
+    """Each read's wait, no longer than the deadline leaves (the whole of connect, status
+    line and headers is bounded by the deadline itself: leases.kube.deadline)."""
     return max(0.1, min(LIST_READ_TIMEOUT_SECONDS, deadline - time.monotonic()))
 
 
