@@ -3,7 +3,8 @@
 `client` connects, lists and translates every failure into a `KubeError` written for an
 on-call engineer (never with credentials or kubeconfig content); `watch` opens watch
 streams and reads them; `bounded` caps what a server can make either hold or wait for
-(object and page sizes, total deadlines, no compressed bodies). Callers use the names
+(object and page sizes, total deadlines, no compressed bodies); `deadline` makes each call's
+total deadline cover its connect, status line and headers too. Callers use the names
 re-exported here.
 """
 

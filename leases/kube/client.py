@@ -38,6 +38,7 @@ from leases.kube.bounded import (
     name_prefix,
     read_body,
 )
+from leases.kube.deadline import DeadlinePassed, bound_connections, call_deadline
 from leases.kube.errors import KubeError
 from leases.kubeconfig import CheckedKubeconfig, KubeconfigRefused
 from leases.kubeconfig import parse_kubeconfig as check_kubeconfig
@@ -113,7 +114,9 @@ def connect(config: ClusterConfig) -> k8s.ApiClient:
         raise KubeError(f"The cluster configuration cannot be used: {exc}", kind="config") from None
     # Our own retry and backoff decide; urllib3's silent retries would hide outages.
     configuration.retries = False
-    return k8s.ApiClient(configuration)
+    api = k8s.ApiClient(configuration)
+    bound_connections(api)  # each call's deadline covers its connect and headers too
+    return api
 
 
 def server_address(api: k8s.ApiClient) -> str:
@@ -201,22 +204,23 @@ def _list_page(
     what = f"{plural.removesuffix('s')} list"
     if deadline is None:
         deadline = time.monotonic() + LIST_PAGE_DEADLINE_SECONDS
-    while True:
-        with _translated_errors(api, f"list {plural}", grant):
-            response = call(
-                limit=limit,
-                _continue=continue_token or None,
-                _preload_content=False,
-                _request_timeout=(CONNECT_TIMEOUT_SECONDS, _read_timeout(deadline)),
-                _headers=IDENTITY,
-            )
-            body = read_body(response, what, MAX_PAGE_BYTES[plural], deadline)
-        if not body.over:
-            break
-        if limit > 1:
-            limit = max(1, limit // 4)
-            continue
-        return _page_of_one_huge_object(body, what)
+    with call_deadline(api, deadline):
+        while True:
+            with _translated_errors(api, f"list {plural}", grant):
+                response = call(
+                    limit=limit,
+                    _continue=continue_token or None,
+                    _preload_content=False,
+                    _request_timeout=(CONNECT_TIMEOUT_SECONDS, _read_timeout(deadline)),
+                    _headers=IDENTITY,
+                )
+                body = read_body(response, what, MAX_PAGE_BYTES[plural], deadline)
+            if not body.over:
+                break
+            if limit > 1:
+                limit = max(1, limit // 4)
+                continue
+            return _page_of_one_huge_object(body, what)
     parsed = _read_json(body.data, what)
     metadata = parsed.get("metadata") or {}
     items = parsed.get("items")
@@ -232,7 +236,8 @@ def _list_page(
 
 
 def _read_timeout(deadline: float) -> float:
-    """The wait for a response's headers: no longer than the deadline leaves."""
+    """Each read's wait, no longer than the deadline leaves (the whole of connect, status
+    line and headers is bounded by the deadline itself: leases.kube.deadline)."""
     return max(0.1, min(LIST_READ_TIMEOUT_SECONDS, deadline - time.monotonic()))
 
 
@@ -296,7 +301,10 @@ def probe_revision(api: k8s.ApiClient, timeout: float = PROBE_TIMEOUT_SECONDS) -
     """
     call = k8s.CoordinationV1Api(api).list_lease_for_all_namespaces
     deadline = time.monotonic() + timeout
-    with _translated_errors(api, "probe the API server (list leases)", LEASE_GRANT):
+    with (
+        call_deadline(api, deadline, timeout),
+        _translated_errors(api, "probe the API server (list leases)", LEASE_GRANT),
+    ):
         response = call(
             limit=1,
             _preload_content=False,
@@ -329,7 +337,10 @@ def list_lease_candidates(
     what = "lease candidate list"
     for version in CANDIDATE_API_VERSIONS:
         try:
-            with _translated_errors(api, f"list leasecandidates ({version})", LEASE_GRANT):
+            with (
+                call_deadline(api, deadline, seconds),
+                _translated_errors(api, f"list leasecandidates ({version})", LEASE_GRANT),
+            ):
                 response = custom.list_cluster_custom_object(
                     COORDINATION_GROUP,
                     version,
@@ -448,6 +459,13 @@ class _translated_errors:
 
     def _translate(self, exc: BaseException) -> KubeError | None:
         server, action = self.server, self.action
+        if isinstance(exc, DeadlinePassed):
+            return KubeError(
+                f"The API server at {server} took longer than {exc.seconds:.3g} s in total to "
+                f"answer while trying to {action} (it connected, or sent its status line and "
+                "headers, too slowly).",
+                kind="timeout",
+            )
         if isinstance(exc, ApiException) and not exc.status:
             # The SDK reports TLS failures as an ApiException with status 0.
             reason = str(exc.reason or "")

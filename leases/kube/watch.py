@@ -44,6 +44,7 @@ from leases.kube.client import (
     server_address,
     status_error,
 )
+from leases.kube.deadline import call_deadline
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +237,11 @@ def _open_watch(
     """The read timeout is longer than the server's own `timeoutSeconds`, so a healthy but
     quiet stream ends by the server, and only a dead connection ends by our timeout."""
     action = f"watch {plural}"
-    with _translated_errors(api, action, grant):
+    headers_by = time.monotonic() + WATCH_HEADERS_TIMEOUT_SECONDS
+    with (
+        call_deadline(api, headers_by, WATCH_HEADERS_TIMEOUT_SECONDS),
+        _translated_errors(api, action, grant),
+    ):
         response = call(
             watch=True,
             allow_watch_bookmarks=True,
@@ -278,7 +283,7 @@ def changes_since(
     call, grant = _WATCH_CALLS[plural]
     action = f"check the {plural} watch"
     timeout = max(0.5, deadline - time.monotonic())
-    with _translated_errors(api, action, grant):
+    with call_deadline(api, deadline), _translated_errors(api, action, grant):
         response = call(api)(
             watch=True,
             allow_watch_bookmarks=True,

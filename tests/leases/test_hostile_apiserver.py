@@ -9,8 +9,14 @@ its peak), time with the monotonic clock.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import gzip
+import re
+import shutil
+import socket
+import ssl
+import subprocess
 import threading
 import time
 import tracemalloc
@@ -20,11 +26,13 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
 from django.test import Client
 from kubernetes import client as k8s
 
 from dashboard.models import ApiToken
 from fakes.kube import FakeApiServer
+from fakes.kube.kubeconfig import kubeconfig_document
 from leases import kube
 from leases.models import KubeCluster, Lease
 from tests.leases.test_watcher import RunningWatcher, eventually, leader_spec, register, status
@@ -315,3 +323,157 @@ def test_a_page_over_its_cap_is_asked_again_smaller_and_its_one_object_cut() -> 
     assert (page.items, page.continue_token, page.resource_version) == ([], "next", "9")
     (cut,) = page.cut
     assert (cut.namespace, cut.name) == ("apps", "giant")
+
+
+# --- A status line and headers trickled one byte at a time -------------------------------------
+
+SLOW_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    + b"X-Padding: "
+    + b"p" * 150
+    + b"\r\n\r\n"
+)
+
+
+def trickled_headers(handler: BaseHTTPRequestHandler) -> None:
+    """A valid answer whose status line and headers come one byte every 20 ms (about 5 s);
+    every read gets a byte long before any per-read timeout."""
+    for byte in SLOW_HEAD:
+        handler.wfile.write(bytes([byte]))
+        handler.wfile.flush()
+        time.sleep(0.02)
+    handler.wfile.write(b'{"metadata":{"resourceVersion":"5"},"items":[]}')
+    handler.close_connection = True
+
+
+HEADER_CALLS = [
+    pytest.param(
+        lambda api: kube.list_leases(api, deadline=time.monotonic() + 1.0), 1.0, id="page"
+    ),
+    pytest.param(
+        lambda api: list(kube.iter_all_nodes(api, seconds=1.0, page_seconds=5.0)),
+        1.0,
+        id="whole-list",
+    ),
+    pytest.param(lambda api: kube.probe_revision(api, timeout=0.5), 0.5, id="probe"),
+    pytest.param(
+        lambda api: kube.changes_since(api, "leases", "4", deadline=time.monotonic() + 1.0),
+        1.0,
+        id="quiet-check",
+    ),
+    pytest.param(lambda api: kube.list_lease_candidates(api, seconds=1.0), 1.0, id="candidates"),
+    # The headers wait of a watch is WATCH_HEADERS_TIMEOUT_SECONDS, set to 1 s below.
+    pytest.param(lambda api: kube.open_lease_watch(api, "4", 60), 1.0, id="watch-open"),
+]
+
+
+def ends_at_its_deadline(call: Callable[[], object], deadline: float) -> kube.KubeError:
+    started = time.monotonic()
+    with pytest.raises(kube.KubeError) as caught:
+        call()
+    took = time.monotonic() - started
+    assert caught.value.kind == "timeout"
+    assert deadline - 0.1 <= took < deadline + 1.0, took
+    return caught.value
+
+
+@pytest.mark.parametrize(("call", "deadline"), HEADER_CALLS)
+def test_trickled_headers_end_at_the_calls_deadline(
+    call: Callable[[k8s.ApiClient], object], deadline: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kube.watch, "WATCH_HEADERS_TIMEOUT_SECONDS", 1.0)
+    with HostileServer(trickled_headers) as server:
+        api = server.api()
+        error = ends_at_its_deadline(lambda: call(api), deadline)
+    # What the call had left when it began (the first list of Nodes imports the SDK's API).
+    assert re.search(r"took longer than [\d.]+ s in total", str(error)), error
+
+
+def test_a_client_whose_call_ran_out_of_time_calls_again_on_a_fresh_connection() -> None:
+    answers = iter([trickled_headers])
+
+    def first_slow_then_quick(handler: BaseHTTPRequestHandler) -> None:
+        behaviour = next(answers, None)
+        if behaviour is not None:
+            behaviour(handler)
+            return
+        body = b'{"metadata":{"resourceVersion":"6"},"items":[]}'
+        start_body(handler, {"Content-Length": str(len(body))})
+        handler.wfile.write(body)
+
+    with HostileServer(first_slow_then_quick) as server:
+        api = server.api()
+        ends_at_its_deadline(lambda: kube.probe_revision(api, timeout=0.5), 0.5)
+        assert kube.probe_revision(api, timeout=2.0) == "6"
+        # A call with time to spare is not cut: the alarm was switched off.
+        assert kube.list_leases(api).resource_version == "6"
+
+
+# --- The same over TLS, through connect() -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1: (certificate file, key file)."""
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is needed to make a test certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return str(cert), str(key)
+
+
+def tls_api(url: str, cert: str) -> k8s.ApiClient:
+    """A client from a kubeconfig that trusts `cert`, made by leases.kube.connect."""
+    document = kubeconfig_document(url, token="t0ken", context_name="tls")
+    with open(cert, "rb") as pem:
+        authority = base64.b64encode(pem.read()).decode()
+    document["clusters"][0]["cluster"]["certificate-authority-data"] = authority
+    return kube.connect(kube.ClusterConfig(kubeconfig=yaml.safe_dump(document)))
+
+
+@pytest.mark.parametrize(("call", "deadline"), [HEADER_CALLS[2], HEADER_CALLS[5]])
+def test_trickled_headers_over_tls_end_at_the_calls_deadline(
+    call: Callable[[k8s.ApiClient], object],
+    deadline: float,
+    certificate: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kube.watch, "WATCH_HEADERS_TIMEOUT_SECONDS", 1.0)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*certificate)
+    with HostileServer(trickled_headers) as server:
+        server.server.socket = context.wrap_socket(server.server.socket, server_side=True)
+        api = tls_api(f"https://127.0.0.1:{server.server.server_address[1]}", certificate[0])
+        ends_at_its_deadline(lambda: call(api), deadline)
+    # The certificate was verified: the trickle came over TLS.
+    assert server.paths
+
+
+def test_a_tls_handshake_that_never_ends_ends_at_the_pages_deadline(
+    certificate: tuple[str, str],
+) -> None:
+    """A listener that takes the connection and never answers the TLS hello: each read
+    waits as long as connecting may take (10 s), the page's deadline is shorter."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    taker = threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True)
+    taker.start()
+    try:
+        api = tls_api(f"https://127.0.0.1:{listener.getsockname()[1]}", certificate[0])
+        error = ends_at_its_deadline(
+            lambda: kube.list_leases(api, deadline=time.monotonic() + 1.0), 1.0
+        )
+        assert "took longer than 1 s in total" in str(error)
+    finally:
+        for sock in accepted:
+            sock.close()
+        listener.close()
