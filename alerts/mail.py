@@ -32,6 +32,7 @@ from alerts.models import (
     Severity,
     severity_rank,
 )
+from dashboard.hostile_input import INVISIBLE_CATEGORIES, visible_text
 from dashboard.timefmt import format_duration, iso_utc, mail_moment_text, relative_text
 
 SUBJECT_LIMIT = 200
@@ -43,7 +44,7 @@ TAGS = {
     NotificationKind.RESOLVED: pgettext_lazy("mail subject tag", "RESOLVED"),
     NotificationKind.REMINDER: pgettext_lazy("mail subject tag", "REMINDER"),
 }
-_INVISIBLE = {"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"}
+_INVISIBLE = INVISIBLE_CATEGORIES
 
 
 def clean_header_text(text: str, limit: int = SUBJECT_LIMIT) -> str:
@@ -60,14 +61,7 @@ def visible(text: object, limit: int = VALUE_LIMIT) -> str:
     raw = "" if text is None else str(text)
     if len(raw) > limit:
         raw = raw[: limit - 1] + "…"
-    out = []
-    for character in raw:
-        if unicodedata.category(character) in _INVISIBLE:
-            code = ord(character)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(character)
-    return "".join(out)
+    return visible_text(raw)  # the same escapes the pages show
 
 
 def absolute(path: str) -> str:
