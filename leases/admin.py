@@ -113,6 +113,9 @@ WATCHER_STATUS_FIELDS = (
     "nodes_last_cut",
     "nodes_last_cut_bytes",
     "nodes_last_cut_at",
+    "candidates_cut",
+    "candidates_last_cut",
+    "candidates_last_cut_bytes",
 )
 
 

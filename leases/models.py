@@ -118,6 +118,10 @@ class KubeCluster(models.Model):
     nodes_last_cut = models.CharField(max_length=510, blank=True)
     nodes_last_cut_bytes = models.BigIntegerField(default=0)
     nodes_last_cut_at = models.DateTimeField(null=True, blank=True)
+    # LeaseCandidates are listed again every few seconds: how many the latest list left out.
+    candidates_cut = models.IntegerField(default=0)
+    candidates_last_cut = models.CharField(max_length=510, blank=True)
+    candidates_last_cut_bytes = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["name"]

@@ -135,6 +135,7 @@ class LeaseWatcher:
         # Why LeaseCandidates are missing ("forbidden", "not_served", "error", ""), None
         # before the first look: a change is logged once, not at every refresh.
         self._candidates_problem: str | None = None
+        self._candidates_cut = 0  # how many the latest list left out, logged when it changes
 
     # What tests and the benchmark read of the Lease watch.
     @property
@@ -436,9 +437,9 @@ class LeaseWatcher:
             return
         problem = ""
         try:
-            api_version, items = kube.list_lease_candidates(api)  # type: ignore[arg-type]
+            api_version, items, cut = kube.list_lease_candidates(api)  # type: ignore[arg-type]
         except kube.KubeError as error:
-            api_version, items = "", []
+            api_version, items, cut = "", [], []
             problem = "forbidden" if error.kind == "forbidden" else "error"
             self._candidates_changed(problem, str(error))
             if problem == "error":
@@ -447,6 +448,14 @@ class LeaseWatcher:
             if not api_version:
                 problem = "not_served"
             self._candidates_changed(problem, "")
+        if len(cut) != self._candidates_cut:
+            self._candidates_cut = len(cut)
+            logger.warning(
+                "cluster %s: %d lease candidates over %d bytes left out",
+                self.cluster_id,
+                len(cut),
+                kube.MAX_LEASE_BYTES,
+            )
         observations = [obs for obs in map(parse_candidate, items) if obs is not None]
         cleaned = sum(obs.cleaned for obs in observations)
         try:
@@ -455,6 +464,10 @@ class LeaseWatcher:
                 candidates_api=api_version,
                 candidates_problem=problem,
                 skipped_objects_total=F("skipped_objects_total") + cleaned,
+                # What the latest list left out (it is read again each time: not a total).
+                candidates_cut=len(cut),
+                candidates_last_cut=f"{cut[-1].namespace}/{cut[-1].name}"[:510] if cut else "",
+                candidates_last_cut_bytes=cut[-1].size if cut else 0,
             )
         except DatabaseError:
             close_old_connections()

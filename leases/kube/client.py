@@ -326,8 +326,9 @@ def probe_revision(api: k8s.ApiClient, timeout: float = PROBE_TIMEOUT_SECONDS) -
 
 def list_lease_candidates(
     api: k8s.ApiClient, seconds: float = LIST_PAGE_DEADLINE_SECONDS
-) -> tuple[str, list[dict[str, Any]]]:
-    """LeaseCandidates from the newest served version; ("", []) when none is served.
+) -> tuple[str, list[dict[str, Any]], list[Cut]]:
+    """LeaseCandidates from the newest served version, and those left out for their size;
+    ("", [], []) when none is served.
 
     One unpaged list (a cluster has a candidate per control-plane component), so its body
     is capped like a page of leases and over-size candidates are left out.
@@ -363,10 +364,8 @@ def list_lease_candidates(
         items = _read_json(body.data, what).get("items")
         items = items if isinstance(items, list) else []
         kept, cut = _within_cap(items, MAX_LEASE_BYTES, body.size)
-        if cut:
-            logger.warning("left out %d lease candidates over %d bytes", len(cut), MAX_LEASE_BYTES)
-        return f"{COORDINATION_GROUP}/{version}", kept
-    return "", []
+        return f"{COORDINATION_GROUP}/{version}", kept, cut
+    return "", [], []
 
 
 def status_error(status: dict[str, Any], action: str, server: str, grant: str = "") -> KubeError:

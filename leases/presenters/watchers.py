@@ -89,6 +89,17 @@ def cut_objects(cluster: KubeCluster, now: datetime) -> list[CutObjects]:
                 when(cluster.nodes_last_cut_at, now),
             )
         )
+    if cluster.candidates_cut:
+        found.append(
+            CutObjects(
+                gettext("LeaseCandidates"),
+                cluster.candidates_cut,
+                MAX_LEASE_BYTES,
+                cluster.candidates_last_cut,
+                cluster.candidates_last_cut_bytes,
+                None,  # the latest list's: as current as the candidates themselves
+            )
+        )
     return found
 
 

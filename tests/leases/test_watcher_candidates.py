@@ -97,3 +97,39 @@ def test_a_server_without_candidates_says_not_served_once(
     assert len(candidate_lines(caplog, "serves no lease candidates")) == 1
     assert status(cluster).last_error == ""
     assert "not served by this API server" in watchers_page(client, django_user_model)
+
+
+def test_an_over_size_candidate_is_left_out_and_counted_on_the_watchers_page(
+    apiserver: FakeApiServer, client: Client, django_user_model: Any
+) -> None:
+    # A hostile server: a candidate of 300 KiB (a real one is well under 1 KiB).
+    spec = {
+        "leaseName": "kube-scheduler",
+        "binaryVersion": "1.33.4",
+        "emulationVersion": "1.33.0",
+        "strategy": "OldestEmulationVersion",
+        "renewTime": now_micro(),
+    }
+    apiserver.store.apply_lease("kube-system", "kube-scheduler", leader_spec("master-0_a"))
+    apiserver.store.apply_candidate("kube-system", "kube-scheduler-master-0", spec)
+    apiserver.store.apply_candidate(
+        "kube-system", "kube-scheduler-huge", spec, labels={"padding": "x" * 300 * 1024}
+    )
+    cluster = register(apiserver)
+    with RunningWatcher(cluster, candidates_interval=0.1):
+        eventually(lambda: status(cluster).candidates_cut == 1)
+        time.sleep(0.5)  # several more lists: a count of the latest, not a running total
+        row = status(cluster)
+        assert row.candidates_cut == 1
+        assert row.candidates_last_cut == "kube-system/kube-scheduler-huge"
+        assert row.candidates_last_cut_bytes > 300 * 1024
+        assert list(LeaseCandidate.objects.values_list("name", flat=True)) == [
+            "kube-scheduler-master-0"
+        ]
+        page = watchers_page(client, django_user_model)
+        assert "sent LeaseCandidates over their size cap" in page
+        assert "kube-system/kube-scheduler-huge" in page
+
+        apiserver.store.apply_candidate("kube-system", "kube-scheduler-huge", spec, labels={})
+        eventually(lambda: status(cluster).candidates_cut == 0)
+    assert "LeaseCandidates over their size cap" not in watchers_page(client, django_user_model)
