@@ -9,17 +9,14 @@ the ``operators`` group follows ``OIDC_OPERATOR_GROUPS`` at every sign-in. With
 ``OIDC_ONLY`` the password form is only a break-glass door for superusers.
 
 This module is the one client of the provider's HTTP API: discovery, token, userinfo and keys,
-each call bounded by `provider_call` (``OIDC_TIMEOUT`` in total, `MAX_RESPONSE_BYTES`).
+each call bounded by `dashboard.oidc_http.provider_call` (``OIDC_TIMEOUT`` in total, 1 MiB).
 Nothing it logs or shows contains the client secret, a code or a token.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import logging
 import re
-import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -50,12 +47,10 @@ from mozilla_django_oidc.views import (
     OIDCAuthenticationCallbackView,
     OIDCAuthenticationRequestView,
 )
-from requests.adapters import HTTPAdapter
 from requests.auth import HTTPBasicAuth
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from dashboard.models import SsoIdentity, normalize_issuer
+from dashboard.oidc_http import provider_call
 from dashboard.services import OPERATORS_GROUP, ensure_operators_group
 
 logger = logging.getLogger(__name__)
@@ -75,162 +70,6 @@ SSO_UNVERIFIED = _(
     "That sign-in could not be verified: it may have expired or been started in another "
     "tab. Please sign in again."
 )
-
-
-# --- Bounded calls to the provider -------------------------------------------------------------
-
-# Discovery documents, key sets and userinfo answers are a few kilobytes; a megabyte is room
-# for the largest honest one and a cap on a hostile or broken provider.
-MAX_RESPONSE_BYTES = 1024 * 1024
-
-
-class ProviderAnswerRefused(requests.RequestException):
-    """The provider's answer is larger than MAX_RESPONSE_BYTES, or compressed."""
-
-
-class _Deadline:
-    """Shuts the call's sockets when its time is up, which wakes a blocked read at once.
-
-    `requests` has only per-read timeouts: a provider sending a byte every few seconds, in the
-    headers or the body, would keep a sign-in (and a server thread) waiting for ever.
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.expired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self.expire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Deadline:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._timer.cancel()
-
-    def watch(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sockets.append(sock)
-            if self.expired:
-                _shut(sock)
-
-    def expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for sock in self._sockets:
-                _shut(sock)
-
-
-def _shut(sock: socket.socket) -> None:
-    # The plain socket's shutdown even for TLS: closing the TLS layer would race the reader.
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-# The call in progress in this thread (connections are made in the calling thread).
-_current_deadline: contextvars.ContextVar[_Deadline | None] = contextvars.ContextVar(
-    "oidc_deadline", default=None
-)
-
-
-class _WatchedConnection:
-    """Hands each new connection's socket to the call's `_Deadline`."""
-
-    sock: socket.socket | None
-
-    def connect(self) -> None:
-        super().connect()  # type: ignore[misc]  # the urllib3 connection this is mixed into
-        deadline = _current_deadline.get()
-        if deadline is not None and self.sock is not None:
-            deadline.watch(self.sock)
-
-
-class _WatchedHTTPConnection(_WatchedConnection, HTTPConnection):
-    pass
-
-
-class _WatchedHTTPSConnection(_WatchedConnection, HTTPSConnection):
-    pass
-
-
-class _WatchedHTTPConnectionPool(HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
-
-
-class _WatchedHTTPSConnectionPool(HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
-
-
-_WATCHED_POOLS = {"http": _WatchedHTTPConnectionPool, "https": _WatchedHTTPSConnectionPool}
-
-
-class _WatchedAdapter(HTTPAdapter):
-    """requests' adapter whose connections (direct or through a proxy) obey `_Deadline`."""
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = _WATCHED_POOLS
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        manager.pool_classes_by_scheme = _WATCHED_POOLS
-        return manager
-
-
-def provider_call(method: str, url: str, **kwargs: Any) -> requests.Response:
-    """One request to the provider: OIDC_TIMEOUT seconds in all (redirects included), at most
-    MAX_RESPONSE_BYTES, read in full; failures are `requests` exceptions (``Timeout`` once the
-    deadline has passed), which the callers already answer.
-    """
-    seconds = float(settings.OIDC_TIMEOUT)
-    headers = {**kwargs.pop("headers", {}), "Accept-Encoding": "identity"}
-    token = _current_deadline.set(deadline := _Deadline(seconds))
-    try:
-        with deadline, requests.Session() as session:
-            session.mount("http://", _WatchedAdapter(max_retries=0))
-            session.mount("https://", _WatchedAdapter(max_retries=0))
-            with session.request(
-                method,
-                url,
-                headers=headers,
-                stream=True,
-                timeout=seconds,
-                verify=settings.OIDC_VERIFY_SSL,
-                proxies=getattr(settings, "OIDC_PROXY", None),
-                **kwargs,
-            ) as response:
-                body = _read_capped(response)
-                if deadline.expired:
-                    # A shut socket can look like a body that ended: never use a cut answer.
-                    raise requests.Timeout("deadline")
-                # requests' own slot for a body already read: json() and text read it from here.
-                response._content = body
-                return response
-    except (requests.RequestException, OSError) as exc:
-        if deadline.expired:
-            raise requests.Timeout(f"no whole answer from {url} within {seconds:g} s") from None
-        if isinstance(exc, requests.RequestException):
-            raise
-        raise requests.ConnectionError(f"{url}: {type(exc).__name__}") from None
-    finally:
-        _current_deadline.reset(token)
-
-
-def _read_capped(response: requests.Response) -> bytes:
-    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding not in ("", "identity"):
-        # We asked for identity: a compressed answer could expand far past the cap.
-        raise ProviderAnswerRefused(f"compressed answer ({encoding[:20]})", response=response)
-    declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
-        raise ProviderAnswerRefused("answer larger than the cap", response=response)
-    body = bytearray()
-    for chunk in response.iter_content(chunk_size=64 * 1024):
-        body += chunk
-        if len(body) > MAX_RESPONSE_BYTES:
-            raise ProviderAnswerRefused("answer larger than the cap", response=response)
-    return bytes(body)
 
 
 # --- The provider's endpoints -----------------------------------------------------------------
