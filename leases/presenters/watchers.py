@@ -67,39 +67,35 @@ class CutObjects:
 def cut_objects(cluster: KubeCluster, now: datetime) -> list[CutObjects]:
     """What the watch left out for its size, per resource (none: an empty list)."""
     found = []
-    if cluster.leases_cut_total:
-        found.append(
-            CutObjects(
-                gettext("Leases"),
-                cluster.leases_cut_total,
-                MAX_LEASE_BYTES,
-                cluster.leases_last_cut,
-                cluster.leases_last_cut_bytes,
-                when(cluster.leases_last_cut_at, now),
-            )
-        )
-    if cluster.nodes_cut_total:
-        found.append(
-            CutObjects(
-                gettext("Nodes"),
-                cluster.nodes_cut_total,
-                MAX_NODE_BYTES,
-                cluster.nodes_last_cut,
-                cluster.nodes_last_cut_bytes,
-                when(cluster.nodes_last_cut_at, now),
-            )
-        )
-    if cluster.candidates_cut:
-        found.append(
-            CutObjects(
-                gettext("LeaseCandidates"),
-                cluster.candidates_cut,
-                MAX_LEASE_BYTES,
-                cluster.candidates_last_cut,
-                cluster.candidates_last_cut_bytes,
-                None,  # the latest list's: as current as the candidates themselves
-            )
-        )
+    for resource, total, cap, last, last_bytes, last_at in (
+        (
+            gettext("Leases"),
+            cluster.leases_cut_total,
+            MAX_LEASE_BYTES,
+            cluster.leases_last_cut,
+            cluster.leases_last_cut_bytes,
+            cluster.leases_last_cut_at,
+        ),
+        (
+            gettext("Nodes"),
+            cluster.nodes_cut_total,
+            MAX_NODE_BYTES,
+            cluster.nodes_last_cut,
+            cluster.nodes_last_cut_bytes,
+            cluster.nodes_last_cut_at,
+        ),
+        # The latest list's count (they are listed again every few seconds): no moment.
+        (
+            gettext("LeaseCandidates"),
+            cluster.candidates_cut,
+            MAX_LEASE_BYTES,
+            cluster.candidates_last_cut,
+            cluster.candidates_last_cut_bytes,
+            None,
+        ),
+    ):
+        if total:
+            found.append(CutObjects(resource, total, cap, last, last_bytes, when(last_at, now)))
     return found
 
 
