@@ -8,6 +8,7 @@ content wins over nothing, but setting both is refused as ambiguous.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -97,6 +98,21 @@ def env_list(
     if value is None:
         return list(default or [])
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_networks(
+    name: str, default: list[str] | None = None, *, environ: Mapping[str, str] = os.environ
+) -> list[str]:
+    """A comma-separated list of IP addresses or networks (`10.0.0.0/8`, `::1`)."""
+    networks = env_list(name, default, environ=environ)
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise BadEnvironment(
+                f"{name} entry {network!r} is not an IP address or network."
+            ) from None
+    return networks
 
 
 def env_choice(

@@ -7,7 +7,6 @@ Redis. ``DATABASE_URL``, ``REDIS_URL`` and ``EMAIL_URL`` switch to real services
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 import zoneinfo
@@ -27,6 +26,7 @@ from dashboard.env import (
     env_choice,
     env_int,
     env_list,
+    env_networks,
     env_optional,
     env_str,
     env_url,
@@ -534,23 +534,12 @@ AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "code", "state", "csrfmid
 # METRICS_ALLOWED_IPS then only narrows where from. Development also lets these addresses in
 # without a token (loopback by default). See dashboard/metrics.py.
 METRICS_TOKEN = env_optional("METRICS_TOKEN")
-METRICS_ALLOWED_IPS = env_list(
+METRICS_ALLOWED_IPS = env_networks(
     "METRICS_ALLOWED_IPS", [] if PRODUCTION else ["127.0.0.1/32", "::1/128"]
 )
 # Peers whose X-Forwarded-For is believed (an ingress or load balancer you run); empty: the
 # header is ignored and the peer's own address is the client's (dashboard/proxies.py).
-TRUSTED_PROXY_CIDRS = env_list("TRUSTED_PROXY_CIDRS", [])
-for _variable, _networks in (
-    ("METRICS_ALLOWED_IPS", METRICS_ALLOWED_IPS),
-    ("TRUSTED_PROXY_CIDRS", TRUSTED_PROXY_CIDRS),
-):
-    for _network in _networks:
-        try:
-            ipaddress.ip_network(_network, strict=False)
-        except ValueError:
-            raise BadEnvironment(
-                f"{_variable} entry {_network!r} is not an IP address or network."
-            ) from None
+TRUSTED_PROXY_CIDRS = env_networks("TRUSTED_PROXY_CIDRS", [])
 
 # --- Static files ---------------------------------------------------------------------------
 STATIC_URL = "/static/"
@@ -669,15 +658,7 @@ if _allow_private in ("", "false", "0", "no", "off"):
 elif _allow_private in ("true", "1", "yes", "on"):
     NKS_KUBECONFIG_ALLOW_PRIVATE = _NKS_PRIVATE_NETWORKS
 else:
-    NKS_KUBECONFIG_ALLOW_PRIVATE = env_list("NKS_KUBECONFIG_ALLOW_PRIVATE")
-    for _network in NKS_KUBECONFIG_ALLOW_PRIVATE:
-        try:
-            ipaddress.ip_network(_network, strict=False)
-        except ValueError:
-            raise BadEnvironment(
-                f"NKS_KUBECONFIG_ALLOW_PRIVATE entry {_network!r} is not true, false or an IP "
-                "network."
-            ) from None
+    NKS_KUBECONFIG_ALLOW_PRIVATE = env_networks("NKS_KUBECONFIG_ALLOW_PRIVATE")
 # Plain http to an NKS-sourced API server: the token would travel unencrypted. For a test
 # setup only (the demo's fake).
 NKS_KUBECONFIG_ALLOW_HTTP = env_bool("NKS_KUBECONFIG_ALLOW_HTTP", False)
