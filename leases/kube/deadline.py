@@ -18,7 +18,6 @@ and every other connection setting stay theirs.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import socket
 import threading
@@ -30,6 +29,8 @@ from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client as k8s
+
+from dashboard.socket_alarm import shut
 
 T = TypeVar("T")
 
@@ -94,10 +95,7 @@ class _Alarm:
             self.rang = True
         sock = getattr(self._connection, "sock", None)
         if isinstance(sock, socket.socket):
-            # socket.socket's own shutdown even for a TLS socket: ssl.SSLSocket.shutdown
-            # would also drop its SSL object under the thread still reading through it.
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            shut(sock)
 
     def switch_off(self) -> bool:
         """Off for good; whether it rang before."""
