@@ -76,6 +76,9 @@ TARGET_METRICS_BYTES = 2 * 1024 * 1024
 TARGET_METRICS_MS = 1_000.0
 TARGET_EVALUATION_MS = 1_000.0
 TARGET_WATCHER_BYTES_PER_OBJECT = 2_048
+# Measured on the code before issue 22 (a thread per resource and one for housekeeping, each
+# with its own connection): 50 clusters need 151, over PostgreSQL's default of 100.
+WATCHER_CONNECTIONS_PER_CLUSTER = 3
 # A fifth of the leases have their Node (20,000 Nodes at 100,000 leases, 400 at 2,000).
 NODES_PER_LEASE = 0.2
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -268,12 +271,22 @@ def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
-def stored_counts(url: str) -> tuple[int, int]:
+def stored_counts(connection: Any) -> tuple[int, int]:
+    row = connection.execute(
+        "SELECT (SELECT count(*) FROM leases_lease), (SELECT count(*) FROM leases_node)"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def free_connections(admin_url: str) -> tuple[int, int]:
+    """(max_connections, how many are free now): the watcher holds some per cluster."""
     import psycopg
 
-    with psycopg.connect(url, autocommit=True) as connection:
+    with psycopg.connect(admin_url, autocommit=True) as connection:
         row = connection.execute(
-            "SELECT (SELECT count(*) FROM leases_lease), (SELECT count(*) FROM leases_node)"
+            "SELECT current_setting('max_connections')::int, "
+            "current_setting('max_connections')::int - count(*) FROM pg_stat_activity"
         ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
@@ -749,6 +762,7 @@ class Instance:
     repeat: int
     workdir: Path
     extra_env: dict[str, str]
+    watcher_env: dict[str, str]
     keep_database: bool
 
     @property
@@ -838,11 +852,23 @@ def run_instance(instance: Instance) -> InstanceFigures:
                 env, "register", {"clusters": clusters, "workdir": str(workdir)}, log
             )
         with timed(figures, "watcher: every Lease and Node stored"):
+            import psycopg
+
+            most, free = free_connections(admin_url)
+            if free < WATCHER_CONNECTIONS_PER_CLUSTER * instance.clusters + 8:
+                log_line(
+                    f"warning: {free} of PostgreSQL's {most} connections are free; the watcher "
+                    f"held {WATCHER_CONNECTIONS_PER_CLUSTER} per cluster before issue 22"
+                )
+            # Opened before the watcher starts, so polling never competes for a connection.
+            poll = psycopg.connect(url, autocommit=True)
             started = time.monotonic()
             watcher = start(
-                [PYTHON, "manage.py", "watch_leases"], {**env, "PGAPPNAME": WATCH_APP_NAME}, log
+                [PYTHON, "manage.py", "watch_leases"],
+                {**env, **instance.watcher_env, "PGAPPNAME": WATCH_APP_NAME},
+                log,
             )
-            while (counts := stored_counts(url)) != served:
+            while (counts := stored_counts(poll)) != served:
                 if watcher.poll() is not None:
                     raise RuntimeError(f"the watcher exited with {watcher.returncode}: see {log}")
                 if time.monotonic() - started > 900:
@@ -856,6 +882,7 @@ def run_instance(instance: Instance) -> InstanceFigures:
                 peak_rss_bytes=tree_peak_rss(watcher.pid),
                 processes=len(process_tree(watcher.pid)),
             )
+            poll.close()
         with timed(figures, "history bulk-loaded, VACUUM ANALYZE"):
             history = run_django_phase(env, "history", {}, log)
             figures.rows = {
@@ -1140,6 +1167,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--redis-dbs", default="6,7", help="a Redis database number per size (flushed)"
     )
+    parser.add_argument(
+        "--watcher-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="more environment for the watcher only (DB_CONN_MAX_AGE=0: it holds a database "
+        "connection per thread, 3 per cluster, and returns them between uses with 0)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--keep-databases", action="store_true")
     parser.add_argument(
@@ -1159,6 +1194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(redis_dbs) < len(sizes):
         sys.exit("--redis-dbs needs a database number per size")
     extra_env = dict(item.split("=", 1) for item in args.env)
+    watcher_env = dict(item.split("=", 1) for item in args.watcher_env)
     started = time.monotonic()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as workdir:
@@ -1170,6 +1206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 repeat=args.repeat,
                 workdir=Path(workdir),
                 extra_env=extra_env,
+                watcher_env=watcher_env,
                 keep_database=args.keep_databases,
             )
             results.append(run_instance(instance))
