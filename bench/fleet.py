@@ -179,10 +179,22 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """CPU time so far: the scheduler's nanoseconds on a CPU where the kernel keeps them
-    (/proc/<pid>/schedstat), else utime + stime in clock ticks (10 ms steps)."""
+    """CPU time so far of a single-threaded process (a gunicorn sync worker, a PostgreSQL
+    backend): the scheduler's nanoseconds on a CPU, summed over its threads, where the kernel
+    keeps them (/proc/<pid>/task/*/schedstat), else utime + stime in clock ticks (10 ms)."""
     with contextlib.suppress(OSError, ValueError, IndexError):
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+        return (
+            sum(
+                int((task / "schedstat").read_text().split()[0])
+                for task in Path(f"/proc/{pid}/task").iterdir()
+            )
+            / 1e9
+        )
+    return lifetime_cpu_seconds(pid)
+
+
+def lifetime_cpu_seconds(pid: int) -> float | None:
+    """utime + stime: every thread's, also of the threads that ended (a watcher's)."""
     fields = _stat_fields(pid)
     if fields is None:
         return None
@@ -219,7 +231,7 @@ def tree_peak_rss(root: int) -> int:
 
 
 def tree_cpu_seconds(root: int) -> float:
-    return sum(cpu or 0.0 for cpu in map(cpu_seconds, process_tree(root)))
+    return sum(cpu or 0.0 for cpu in map(lifetime_cpu_seconds, process_tree(root)))
 
 
 def start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -868,11 +880,17 @@ def run_instance(instance: Instance) -> InstanceFigures:
                 {**env, **instance.watcher_env, "PGAPPNAME": WATCH_APP_NAME},
                 log,
             )
+            progress, progressed_at = (0, 0), started
             while (counts := stored_counts(poll)) != served:
                 if watcher.poll() is not None:
                     raise RuntimeError(f"the watcher exited with {watcher.returncode}: see {log}")
-                if time.monotonic() - started > 900:
-                    raise RuntimeError(f"the watcher stored only {counts} in 15 minutes")
+                if counts != progress:
+                    progress, progressed_at = counts, time.monotonic()
+                elif time.monotonic() - progressed_at > 120:
+                    raise RuntimeError(
+                        f"the watcher stored {counts} of {served} and nothing more for 2 "
+                        f"minutes (short of database connections? see {log})"
+                    )
                 time.sleep(0.25)
             figures.watcher = WatcherFigures(
                 leases=counts[0],
@@ -1068,7 +1086,7 @@ def report(results: list[InstanceFigures], repeat: int) -> str:
         f"| {fmt(median_of(el.db_cpu_ms), 1)} "
         f"| {fmt_ratio(ratio(median_of(es.db_cpu_ms), median_of(el.db_cpu_ms)))} | | |",
         f"| first run ms (opens the incidents) / queries | {fmt(es.first_ms)} / "
-        f"{es.first_queries} | {fmt(el.first_ms)} / {el.first_queries} | | | |",
+        f"{es.first_queries:,} | {fmt(el.first_ms)} / {el.first_queries:,} | | | |",
     ]
 
     ws, wl = small.watcher, large.watcher
