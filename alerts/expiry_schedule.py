@@ -43,7 +43,7 @@ from django.conf import settings
 from django.core.cache import caches
 from django.utils import timezone
 
-from alerts.lease_rules import LEADER_CLASSES
+from alerts.lease_rules import LEADER_CLASSES, due_rows
 from alerts.models import Incident, Rule
 from alerts.rules import load_rule_configs
 from dashboard.celery import ALERTS_QUEUE
@@ -133,7 +133,7 @@ def _leader_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]
     )
     dues: list[tuple[datetime, int]] = []
     as_of = _as_of_by_cluster(now)
-    for cluster_id, expires_at, duration in rows:
+    for cluster_id, expires_at, duration in due_rows(horizon, rows):
         grace = (duration or 0) if fixed_grace is None else fixed_grace
         moment = _due_or_recheck(
             expires_at + timedelta(seconds=grace), duration or 0, cluster_id, now, horizon, as_of
@@ -176,13 +176,15 @@ def _node_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]:
         )
         .exclude(holder="")
         .exclude(cluster__name__in=open_clusters)
-        .order_by("cluster_id", "expires_at")
         .values_list("cluster_id", "expires_at", "lease_duration_seconds")
     )
     seen: dict[int, int] = {}
     dues: list[tuple[datetime, int]] = []
     as_of = _as_of_by_cluster(now)
-    for cluster_id, expires_at, duration in rows:
+    # By cluster, earliest expiry first: the threshold-th of each cluster is the one due.
+    for cluster_id, expires_at, duration in sorted(
+        due_rows(horizon - grace, rows), key=lambda row: (row[0], row[1])
+    ):
         seen[cluster_id] = seen.get(cluster_id, 0) + 1
         # The threshold-th opens the incident; the ones after it may join it in the same
         # evaluation (next_lease_due coalesces a cluster's dues).

@@ -8,10 +8,9 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone, translation
 from django.utils.cache import add_never_cache_headers
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from dashboard.health import log_failures, readiness_report, run_readiness_checks
-from dashboard.metrics import metrics_access_allowed, render_metrics
+from dashboard.metrics import metrics_access_allowed, metrics_response
 from dashboard.preferences import NO_PREFERENCE, load_preference, zone_info
 
 
@@ -37,7 +36,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         # Production never lets an address in alone (see metrics_access_allowed).
         needed = "a bearer token" if settings.PRODUCTION else "a bearer token or an allowed address"
         return JsonResponse({"error": f"metrics need {needed}"}, status=403)
-    return HttpResponse(render_metrics(), content_type=CONTENT_TYPE_LATEST)
+    return metrics_response(request)
 
 
 PROBES: dict[str, Callable[[HttpRequest], HttpResponse]] = {

@@ -537,6 +537,10 @@ METRICS_TOKEN = env_optional("METRICS_TOKEN")
 METRICS_ALLOWED_IPS = env_networks(
     "METRICS_ALLOWED_IPS", [] if PRODUCTION else ["127.0.0.1/32", "::1/128"]
 )
+# Leader-election and control-plane leases with series of their own in /metrics, shared
+# fairly among clusters: a hostile or huge API server's leases cannot make a scrape megabytes
+# (leases/metrics.py). The rest are counted per cluster (lease_series_omitted).
+METRICS_MAX_ELECTION_LEASES = env_int("METRICS_MAX_ELECTION_LEASES", 2000, minimum=0)
 # Peers whose X-Forwarded-For is believed (an ingress or load balancer you run); empty: the
 # header is ignored and the peer's own address is the client's (dashboard/proxies.py).
 TRUSTED_PROXY_CIDRS = env_networks("TRUSTED_PROXY_CIDRS", [])

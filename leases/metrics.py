@@ -1,32 +1,62 @@
 """Prometheus series for Lease watching, read from the database at scrape time.
 
 Watchers run in Celery workers; their counters live on KubeCluster rows, so any web replica
-exports the same numbers. Each scrape costs a handful of aggregate queries, never a row per
-node lease: per-lease series exist only for leader-election and control-plane leases.
+exports the same numbers. What a scrape costs and says grows with clusters and election
+leases, never with node heartbeats:
+
+- per cluster: the watch counters and states, live leases by class and state, and the node
+  heartbeats' renewal ages as a histogram and a maximum (never a series per node);
+- per leader-election or control-plane lease: its expiry, transitions and availability, up
+  to METRICS_MAX_ELECTION_LEASES shared fairly among clusters (the rest counted per cluster),
+  so a hostile API server's 100,000 "election" leases cost what the budget allows.
+
+A scrape is a fixed handful of queries: one grouped read of every lease for the counts and
+ages, one read of the listed election leases, and the availability reads for all of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
+from django.db.models import (
+    Aggregate,
+    Case,
+    Count,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Max,
+    Q,
+    Sum,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Least, RowNumber
 from django.utils import timezone
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from dashboard.metrics import DatabaseCollector
-from leases.availability import ELECTION_CLASSES, WINDOWS, availability_for_leases
-from leases.lease_states import held_count, state_counts
+from leases.availability import ELECTION_CLASSES, WINDOWS, Availability, availability_by_window
+from leases.lease_states import lease_as_of
 from leases.models import KubeCluster, Lease, LeaseClass, LeaseState, ResourceWatchState
 
 PREFIX = "lease_dashboard"
-# Per-lease series only for classes with a handful of leases per cluster: node heartbeats
-# would add one series per node.
-PER_LEASE_METRIC_CLASSES = (LeaseClass.LEADER_ELECTION, LeaseClass.CONTROL_PLANE)
 
 
 @dataclass(slots=True)
 class WatchMetrics:
+    cluster_id: int
     cluster: str
     events_total: int
     reconnects_total: int
@@ -50,6 +80,7 @@ def watch_metrics(now: datetime) -> list[WatchMetrics]:
     clusters = KubeCluster.objects.defer("kubeconfig").order_by("name")
     return [
         WatchMetrics(
+            cluster_id=cluster.pk,
             cluster=cluster.name,
             events_total=cluster.events_total,
             reconnects_total=cluster.reconnects_total,
@@ -76,13 +107,83 @@ def watch_metrics(now: datetime) -> list[WatchMetrics]:
     ]
 
 
-def lease_counts(now: datetime) -> dict[tuple[str, str, str], int]:
-    """(cluster, class, state) -> number of live leases, zero-filled so series never vanish."""
-    names = dict(KubeCluster.objects.values_list("id", "name"))
+# Node heartbeat renewal ages (seconds), a histogram per cluster: the buckets bound the
+# series however many nodes there are. A kubelet renews every 10 s, a quarter of its 40 s
+# lease; past 40 s the lease has expired.
+RENEWAL_AGE_BUCKETS: tuple[float, ...] = (5, 10, 15, 20, 30, 40, 60, 120, 300, 600)
+
+
+@dataclass(slots=True)
+class RenewalAges:
+    """One cluster's node heartbeat leases by how long ago they were last renewed, at the
+    cluster's as-of moment (what is known: a renewal after it may be on its way)."""
+
+    buckets: list[int]  # cumulative: at most each of RENEWAL_AGE_BUCKETS old
+    count: int
+    sum_seconds: float
+    max_seconds: float | None
+
+
+@dataclass(slots=True)
+class LeaseAggregates:
+    # (cluster, class, state) -> live leases, zero-filled so series never vanish.
+    counts: dict[tuple[str, str, str], int]
+    # Cluster name -> renewal ages of its node heartbeat leases; only clusters whose data is
+    # current (a stale cluster's ages say nothing of now, as its states are unknown).
+    renewal_ages: dict[str, RenewalAges]
+    # Cluster id -> live leader-election and control-plane leases.
+    election_leases: dict[int, int]
+
+
+def _seconds(value: timedelta | float | None) -> float:
+    # SQLite hands a duration aggregate back as microseconds when no row matched the filter.
+    if value is None:
+        return 0.0
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value) / 1_000_000
+
+
+def _lease_aggregates(now: datetime) -> dict[str, Aggregate]:
+    """Aggregates of a (cluster, class) group of live leases: by state at `now`, and the node
+    heartbeats' renewal ages.
+
+    Each lease is judged by its own cluster's as-of moment, read by joining the cluster row
+    (`cluster__leases_as_of`), as `leases.lease_states.state_counts` judges it with one `OR`
+    term per cluster: here the database compares each lease once, not once per cluster, so
+    50 clusters cost what one does. Whether a cluster's data is current at all is decided
+    in Python from the same row (`lease_aggregates`).
+    """
+    held = ~Q(holder="")
+    as_of = F("cluster__leases_as_of")
+    judged_until = Least(Value(now, output_field=DateTimeField()), as_of)
+    renewed = held & Q(renew_time__isnull=False)
+    age = ExpressionWrapper(as_of - F("renew_time"), output_field=DurationField())
+    aggregates: dict[str, Aggregate] = {
+        "total": Count("id"),
+        "released": Count("id", filter=Q(holder="")),
+        "expired": Count("id", filter=held & Q(expires_at__lte=judged_until)),
+        # Expired by the clock but after the as-of moment: nothing known says so yet.
+        "late": Count("id", filter=held & Q(expires_at__lte=now, expires_at__gt=as_of)),
+        "renewal_count": Count("id", filter=renewed),
+        "renewal_age_sum": Sum(age, filter=renewed),
+        "renewal_age_max": Max(age, filter=renewed),
+    }
+    for index, seconds in enumerate(RENEWAL_AGE_BUCKETS):
+        aggregates[f"renewed_within_{index}"] = Count(
+            "id", filter=renewed & Q(renew_time__gte=as_of - timedelta(seconds=seconds))
+        )
+    return aggregates
+
+
+def lease_aggregates(now: datetime, names: dict[int, str]) -> LeaseAggregates:
+    """Every live lease counted by cluster, class and state (the rule of `lease_state`), and
+    the node heartbeats' renewal ages: one grouped query, whatever the number of leases."""
+    current = lease_as_of(now)
     rows = (
         Lease.objects.live()
         .values("cluster_id", "lease_class")
-        .annotate(**state_counts(now))
+        .annotate(**_lease_aggregates(now))
         .order_by()
     )
     counts = {
@@ -91,16 +192,51 @@ def lease_counts(now: datetime) -> dict[tuple[str, str, str], int]:
         for lease_class in LeaseClass.values
         for state in LeaseState.values
     }
+    ages: dict[str, RenewalAges] = {
+        names[cluster_id]: RenewalAges([0] * len(RENEWAL_AGE_BUCKETS), 0, 0.0, None)
+        for cluster_id in current
+        if cluster_id in names
+    }
+    elections: dict[int, int] = {}
     for row in rows:
         cluster = names.get(row["cluster_id"])
         if cluster is None:
             continue
         key = (cluster, row["lease_class"])
+        if row["lease_class"] in ELECTION_CLASSES:
+            elections[row["cluster_id"]] = elections.get(row["cluster_id"], 0) + row["total"]
+        if row["cluster_id"] not in current:
+            # Stale (or disabled) data says nothing of now: every lease is unknown.
+            counts[(*key, LeaseState.UNKNOWN.value)] = row["total"]
+            continue
         counts[(*key, LeaseState.RELEASED.value)] = row["released"]
         counts[(*key, LeaseState.EXPIRED.value)] = row["expired"]
-        counts[(*key, LeaseState.UNKNOWN.value)] = row["unknown"]
-        counts[(*key, LeaseState.HELD.value)] = held_count(row)
-    return counts
+        counts[(*key, LeaseState.UNKNOWN.value)] = row["late"]
+        counts[(*key, LeaseState.HELD.value)] = (
+            row["total"] - row["released"] - row["expired"] - row["late"]
+        )
+        if row["lease_class"] == LeaseClass.NODE_HEARTBEAT and row["renewal_count"]:
+            ages[cluster] = RenewalAges(
+                buckets=[row[f"renewed_within_{i}"] for i in range(len(RENEWAL_AGE_BUCKETS))],
+                count=row["renewal_count"],
+                sum_seconds=_seconds(row["renewal_age_sum"]),
+                max_seconds=_seconds(row["renewal_age_max"]),
+            )
+    return LeaseAggregates(counts, ages, elections)
+
+
+def fair_quotas(counts: Mapping[int, int], budget: int) -> dict[int, int]:
+    """How many of each cluster's leases get series of their own within `budget`: every
+    cluster the same share, a cluster that needs less leaving the rest to the others. One
+    cluster with thousands of election leases (a hostile API server's) cannot push the
+    others' leases out."""
+    quotas: dict[int, int] = {}
+    left = budget
+    ordered = sorted(counts.items(), key=lambda item: (item[1], item[0]))
+    for position, (cluster_id, count) in enumerate(ordered):
+        quotas[cluster_id] = min(count, left // (len(ordered) - position))
+        left -= quotas[cluster_id]
+    return quotas
 
 
 @dataclass(slots=True)
@@ -110,75 +246,99 @@ class LeaseMetric:
     name: str
     seconds_until_expiry: float | None
     transitions: int | None
+    # Window -> availability over it.
+    availability: dict[str, Availability]
 
 
-def per_lease_metrics(now: datetime) -> list[LeaseMetric]:
-    """Leader-election and control-plane leases only: a bounded number of series."""
-    names = dict(KubeCluster.objects.values_list("id", "name"))
-    rows = (
-        Lease.objects.live()
-        .filter(lease_class__in=PER_LEASE_METRIC_CLASSES)
-        .order_by("cluster_id", "namespace", "name")
-        .values_list("cluster_id", "namespace", "name", "holder", "expires_at", "lease_transitions")
-    )
-    return [
-        LeaseMetric(
-            cluster=names.get(cluster_id, "?"),
-            namespace=namespace,
-            name=name,
-            # A released lease has no meaningful expiry.
-            seconds_until_expiry=(
-                (expires_at - now).total_seconds() if holder and expires_at else None
-            ),
-            transitions=transitions,
-        )
-        for cluster_id, namespace, name, holder, expires_at, transitions in rows
-    ]
-
-
-@dataclass(slots=True)
-class AvailabilityMetric:
-    cluster: str
-    namespace: str
-    name: str
-    window: str
-    ratio: float | None
-    longest_gap_seconds: float
-
-
-def availability_metrics(now: datetime) -> list[AvailabilityMetric]:
-    """Each live election lease's availability over each window: one batched read per window
-    (leases/availability.py), never a query per lease."""
-    leases = list(
+def _listed_leases(quotas: Mapping[int, int], counts: Mapping[int, int]) -> list[Lease]:
+    """The live election leases that get series: all of them within the budget; else each
+    cluster's first `quota`, control-plane leases first, then by namespace and name."""
+    leases = (
         Lease.objects.live()
         .filter(lease_class__in=ELECTION_CLASSES)
-        .select_related("cluster")
         .only(
-            "cluster__name",
+            "cluster_id",
             "namespace",
             "name",
+            "holder",
+            "expires_at",
+            "lease_transitions",
             "created_at",
             "deleted_at",
-            "expires_at",
             "lease_class",
         )
-        .order_by("cluster__name", "namespace", "name")
     )
-    metrics: list[AvailabilityMetric] = []
-    for window in WINDOWS:
-        figures = availability_for_leases(leases, now, window)
-        metrics.extend(
-            AvailabilityMetric(
-                cluster=lease.cluster.name,
-                namespace=lease.namespace,
-                name=lease.name,
-                window=window,
-                ratio=figures[lease.pk].ratio,
-                longest_gap_seconds=figures[lease.pk].longest_gap_seconds,
-            )
-            for lease in leases
+    capped = {
+        cluster_id: quota for cluster_id, quota in quotas.items() if quota < counts[cluster_id]
+    }
+    if capped:
+        leases = leases.annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=[F("cluster_id")],
+                order_by=[
+                    Case(
+                        When(lease_class=LeaseClass.CONTROL_PLANE, then=Value(0)), default=Value(1)
+                    ),
+                    F("namespace"),
+                    F("name"),
+                ],
+            ),
+            quota=Case(
+                *(
+                    When(cluster_id=cluster_id, then=Value(quota))
+                    for cluster_id, quota in capped.items()
+                ),
+                default=Value(max(counts.values(), default=0)),
+            ),
+        ).filter(rank__lte=F("quota"))
+    return list(leases.order_by("cluster_id", "namespace", "name"))
+
+
+def per_lease_metrics(
+    now: datetime, names: Mapping[int, str], election_leases: Mapping[int, int]
+) -> tuple[list[LeaseMetric], dict[str, int]]:
+    """Leader-election and control-plane leases, each with its own series, up to
+    METRICS_MAX_ELECTION_LEASES shared fairly among clusters; and, per cluster, how many
+    were left out. Their availability comes from one batched read for every window
+    (leases/availability.py), never a query per lease."""
+    counts = {cluster_id: election_leases.get(cluster_id, 0) for cluster_id in names}
+    quotas = fair_quotas(counts, settings.METRICS_MAX_ELECTION_LEASES)
+    leases = _listed_leases(quotas, counts) if any(quotas.values()) else []
+    figures = availability_by_window(leases, now)
+    metrics = [
+        LeaseMetric(
+            cluster=names.get(lease.cluster_id, "?"),
+            namespace=lease.namespace,
+            name=lease.name,
+            # A released lease has no meaningful expiry.
+            seconds_until_expiry=(
+                (lease.expires_at - now).total_seconds()
+                if lease.holder and lease.expires_at
+                else None
+            ),
+            transitions=lease.lease_transitions,
+            availability=figures[lease.pk],
         )
-    return metrics
+        for lease in sorted(
+            leases,
+            key=lambda lease: (names.get(lease.cluster_id, "?"), lease.namespace, lease.name),
+        )
+    ]
+    omitted = {names[cluster_id]: counts[cluster_id] - quotas[cluster_id] for cluster_id in names}
+    return metrics, omitted
+
+
+# Families other lease modules add (leases/watcher_metrics.py: which worker watches which
+# cluster), read under this collector's `up` gauge at each scrape. A source is a function
+# of the scrape's moment; add it once per process with `add_family_source`.
+FamilySource = Callable[[datetime], Iterable[Metric]]
+_family_sources: list[FamilySource] = []
+
+
+def add_family_source(source: FamilySource) -> None:
+    if source not in _family_sources:
+        _family_sources.append(source)
 
 
 class LeaseCollector(DatabaseCollector):
@@ -246,56 +406,109 @@ class LeaseCollector(DatabaseCollector):
         yield from (events, reconnects, relists, lag, connected, stale, event_age, data_age)
         yield from node_watch_families(clusters)
 
+        names = {cluster.cluster_id: cluster.cluster for cluster in clusters}
+        aggregates = lease_aggregates(now, names)
         leases = GaugeMetricFamily(
             f"{PREFIX}_leases",
             "Live leases by class and state (state from the clock at scrape time).",
             labels=["cluster", "class", "state"],
         )
-        for (cluster_name, lease_class, state), count in sorted(lease_counts(now).items()):
+        for (cluster_name, lease_class, state), count in sorted(aggregates.counts.items()):
             leases.add_metric([cluster_name, lease_class, state], count)
         yield leases
+        yield from renewal_age_families(aggregates.renewal_ages)
 
-        until_expiry = GaugeMetricFamily(
-            f"{PREFIX}_lease_seconds_until_expiry",
-            "Seconds until a held leader-election or control-plane lease expires "
-            "(negative: expired that long ago).",
-            labels=["cluster", "namespace", "name"],
+        per_lease, omitted = per_lease_metrics(now, names, aggregates.election_leases)
+        yield from per_lease_families(per_lease, omitted)
+        for source in _family_sources:
+            yield from source(now)
+
+
+def renewal_age_families(ages: Mapping[str, RenewalAges]) -> Iterable[Metric]:
+    """Node heartbeats as aggregates per cluster, never a series per node."""
+    histogram = HistogramMetricFamily(
+        f"{PREFIX}_node_heartbeat_renewal_age_seconds",
+        "Node heartbeat leases with a holder by seconds since their last renewal, at the "
+        "cluster's data as-of moment (clusters whose data is current only).",
+        labels=["cluster"],
+    )
+    oldest = GaugeMetricFamily(
+        f"{PREFIX}_node_heartbeat_max_renewal_age_seconds",
+        "Seconds since the least recently renewed node heartbeat lease with a holder was "
+        "renewed, at the cluster's data as-of moment (absent: no such lease, or the data is "
+        "not current).",
+        labels=["cluster"],
+    )
+    for cluster, figures in sorted(ages.items()):
+        buckets = [
+            (_bound(seconds), count)
+            for seconds, count in zip(RENEWAL_AGE_BUCKETS, figures.buckets, strict=True)
+        ]
+        histogram.add_metric(
+            [cluster], [*buckets, ("+Inf", figures.count)], round(figures.sum_seconds, 3)
         )
-        transitions = GaugeMetricFamily(
-            f"{PREFIX}_lease_transitions",
-            "The lease's leaseTransitions (holder changes counted by the API server).",
-            labels=["cluster", "namespace", "name"],
-        )
-        for lease in per_lease_metrics(now):
-            labels = [lease.cluster, lease.namespace, lease.name]
-            if lease.seconds_until_expiry is not None:
-                until_expiry.add_metric(labels, lease.seconds_until_expiry)
-            if lease.transitions is not None:
-                transitions.add_metric(labels, lease.transitions)
-        yield from (until_expiry, transitions)
-        yield from availability_families(now)
+        if figures.max_seconds is not None:
+            oldest.add_metric([cluster], round(figures.max_seconds, 3))
+    return (histogram, oldest)
 
 
-def availability_families(now: datetime) -> Iterable[Metric]:
-    labels = ["cluster", "namespace", "name", "window"]
+def _bound(seconds: float) -> str:
+    return f"{float(seconds)}"
+
+
+def _ratio(value: float) -> float:
+    """Floored to a millionth: shorter lines, and a ratio just under 1 never reads as 1."""
+    return math.floor(value * 1_000_000) / 1_000_000
+
+
+def per_lease_families(leases: list[LeaseMetric], omitted: Mapping[str, int]) -> Iterable[Metric]:
+    lease_labels = ["cluster", "namespace", "name"]
+    until_expiry = GaugeMetricFamily(
+        f"{PREFIX}_lease_seconds_until_expiry",
+        "Seconds until a held leader-election or control-plane lease expires "
+        "(negative: expired that long ago).",
+        labels=lease_labels,
+    )
+    transitions = GaugeMetricFamily(
+        f"{PREFIX}_lease_transitions",
+        "The lease's leaseTransitions (holder changes counted by the API server).",
+        labels=lease_labels,
+    )
+    window_labels = [*lease_labels, "window"]
     ratio = GaugeMetricFamily(
         f"{PREFIX}_lease_availability_ratio",
         "Share of the window's observed time during which a leader-election or control-plane "
         "lease had a valid holder (absent when the watcher observed none of the window).",
-        labels=labels,
+        labels=window_labels,
     )
     longest_gap = GaugeMetricFamily(
         f"{PREFIX}_lease_longest_gap_seconds",
         "Longest leaderless gap in the window, counting only the time the watcher observed.",
-        labels=labels,
+        labels=window_labels,
     )
-    for lease in availability_metrics(now):
-        values = [lease.cluster, lease.namespace, lease.name, lease.window]
-        # No observed time is no answer, not 0 % and not 100 %.
-        if lease.ratio is not None:
-            ratio.add_metric(values, lease.ratio)
-        longest_gap.add_metric(values, lease.longest_gap_seconds)
-    return (ratio, longest_gap)
+    left_out = GaugeMetricFamily(
+        f"{PREFIX}_lease_series_omitted",
+        "Live leader-election and control-plane leases of the cluster without series of "
+        "their own: over METRICS_MAX_ELECTION_LEASES, shared fairly among clusters.",
+        labels=["cluster"],
+    )
+    for lease in leases:
+        labels = [lease.cluster, lease.namespace, lease.name]
+        if lease.seconds_until_expiry is not None:
+            until_expiry.add_metric(labels, round(lease.seconds_until_expiry, 3))
+        if lease.transitions is not None:
+            transitions.add_metric(labels, lease.transitions)
+    for window in WINDOWS:
+        for lease in leases:
+            figures = lease.availability[window]
+            values = [lease.cluster, lease.namespace, lease.name, window]
+            # No observed time is no answer, not 0 % and not 100 %.
+            if figures.ratio is not None:
+                ratio.add_metric(values, _ratio(figures.ratio))
+            longest_gap.add_metric(values, round(figures.longest_gap_seconds, 3))
+    for cluster, count in sorted(omitted.items()):
+        left_out.add_metric([cluster], count)
+    return (until_expiry, transitions, ratio, longest_gap, left_out)
 
 
 def node_watch_families(clusters: list[WatchMetrics]) -> Iterable[Metric]:
