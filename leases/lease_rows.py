@@ -13,7 +13,7 @@ import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
-from leases.models import Lease, LeaseCandidate
+from leases.models import Lease, LeaseCandidate, LeaseDeadline, schedule_expiry, soon_at
 from leases.parse import CandidateObservation, LeaseObservation
 
 Key = tuple[str, str]
@@ -120,6 +120,7 @@ def _renew_other(cluster_id: int, renewals: Renewals, now: datetime) -> set[int]
     """SQLite (the default database): one UPDATE per row."""
     adapt = connection.ops.adapt_datetimefield_value
     updated: set[int] = set()
+    deadlines: list[tuple[int, str | None]] = []
     with connection.cursor() as cursor:
         for lease_id, renew_time, expires_at, resource_version in zip(
             renewals.lease_ids,
@@ -139,8 +140,13 @@ def _renew_other(cluster_id: int, renewals: Renewals, now: datetime) -> set[int]
                     cluster_id,
                 ],
             )
-            if cursor.rowcount:
+            row = cursor.fetchone()
+            if row is not None:
                 updated.add(lease_id)
+                # The new expiry's schedule, from the holder and duration the row keeps.
+                deadlines.append((lease_id, adapt(soon_at(row[0], expires_at, row[1]))))
+        if deadlines:
+            cursor.executemany(_SQLITE_SCHEDULE, deadlines)
     return updated
 
 
@@ -236,10 +242,14 @@ def _upsert_orm(
         update_fields=LEASE_UPDATE_FIELDS,
     )
     ids = {(row.namespace, row.name): row.pk for row in rows if row.pk is not None}
-    missing = [(row.namespace, row.name) for row in rows if row.pk is None]
+    missing = [row for row in rows if row.pk is None]
     if missing:
         # Backends that cannot return ids from an upsert: look them up once.
-        ids.update(_lookup_ids(cluster_id, missing))
+        found = _lookup_ids(cluster_id, [(row.namespace, row.name) for row in missing])
+        ids.update(found)
+        for row in missing:
+            row.pk = found.get((row.namespace, row.name))
+    schedule_expiry(rows)
     return ids
 
 
@@ -255,7 +265,20 @@ def _lookup_ids(cluster_id: int, keys: list[Key]) -> dict[Key, int]:
     return found
 
 
-_POSTGRESQL_UPSERT = """
+# The expiry schedule (LeaseDeadline) of the rows a statement wrote, in the same statement:
+# models.soon_at in SQL. GREATEST skips a NULL duration; an interval times the integer, as
+# leases.queries does, so a day-long duration cannot overflow.
+_POSTGRESQL_SCHEDULE = """
+INSERT INTO leases_leasedeadline (lease_id, soon_at)
+SELECT id, CASE WHEN holder <> '' THEN expires_at - GREATEST(
+    INTERVAL '10 seconds', lease_duration_seconds * INTERVAL '250000 microseconds'
+) END
+FROM written
+ON CONFLICT (lease_id) DO UPDATE SET soon_at = EXCLUDED.soon_at
+"""
+
+_POSTGRESQL_UPSERT = f"""
+WITH written AS (
 INSERT INTO leases_lease (
     cluster_id, observed_at, deleted_at, namespace, name, uid, lease_class, holder,
     acquire_time, renew_time, lease_duration_seconds, expires_at, lease_transitions,
@@ -302,10 +325,15 @@ ON CONFLICT ON CONSTRAINT lease_unique_per_cluster DO UPDATE SET
     group_name = EXCLUDED.group_name,
     group_slot = EXCLUDED.group_slot,
     name_key = EXCLUDED.name_key
-RETURNING id, namespace, name
-"""
+RETURNING id, namespace, name, holder, expires_at, lease_duration_seconds
+), scheduled AS (
+{_POSTGRESQL_SCHEDULE}
+)
+SELECT id, namespace, name FROM written
+"""  # noqa: S608 (the schedule's SQL, no value)
 
-_POSTGRESQL_RENEW = """
+_POSTGRESQL_RENEW = f"""
+WITH written AS (
 UPDATE leases_lease AS l SET
     observed_at = %s::timestamptz,
     deleted_at = NULL,
@@ -326,15 +354,25 @@ CROSS JOIN LATERAL unnest(
           ORDER BY n)
 ) AS r(id, renew_text, renew_time, expires_at, resource_version)
 WHERE l.id = r.id AND l.cluster_id = %s
-RETURNING l.id
-"""
+RETURNING l.id, l.holder, l.expires_at, l.lease_duration_seconds
+), scheduled AS (
+{_POSTGRESQL_SCHEDULE}
+)
+SELECT id FROM written
+"""  # noqa: S608 (the schedule's SQL, no value)
 
 _SQLITE_RENEW = """
 UPDATE leases_lease SET
     renew_time = %s, expires_at = %s, resource_version = %s, observed_at = %s,
     deleted_at = NULL
 WHERE id = %s AND cluster_id = %s
+RETURNING holder, lease_duration_seconds
 """
+
+_SQLITE_SCHEDULE = f"""
+INSERT INTO {LeaseDeadline._meta.db_table} (lease_id, soon_at) VALUES (%s, %s)
+ON CONFLICT (lease_id) DO UPDATE SET soon_at = excluded.soon_at
+"""  # noqa: S608 (a table name, no value)
 
 
 @transaction.atomic

@@ -6,7 +6,9 @@ dashboard knows: when each holder change was observed and which changes it misse
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import models
 from django.utils import timezone
@@ -194,6 +196,31 @@ def lease_state(
     return LeaseState.HELD
 
 
+# Held leases that expire within this are "expiring soon" on the overview, and on the
+# Leases page whatever their duration.
+EXPIRING_SOON = timedelta(seconds=10)
+# ... and on the Leases page also those with less than a quarter of their duration left: a
+# 40 s node lease after 30 s without renewal, an hour-long API server identity after 45 min.
+EXPIRING_SOON_PARTS = 4
+
+
+def soon_at(holder: str, expires_at: datetime | None, duration: int | None) -> datetime | None:
+    """The moment a lease becomes "expiring soon" (leases.queries.expiring_soon), if it stays
+    unrenewed: EXPIRING_SOON, or a quarter of its duration if longer, before its expiry.
+    None for a lease nobody holds or without an expiry: the clock alone never makes it a
+    problem. From this moment on, the lease is expiring soon, then expired."""
+    if not holder or expires_at is None:
+        return None
+    share = (
+        timedelta(microseconds=duration * (1_000_000 // EXPIRING_SOON_PARTS)) if duration else None
+    )
+    try:
+        return expires_at - max(EXPIRING_SOON, share or EXPIRING_SOON)
+    except OverflowError:
+        # An expiry near year 1 that a client wrote: due since the beginning of time.
+        return datetime.min.replace(tzinfo=UTC)
+
+
 class LeaseQuerySet(models.QuerySet["Lease"]):
     def live(self) -> LeaseQuerySet:
         return self.filter(deleted_at__isnull=True)
@@ -269,6 +296,15 @@ class Lease(models.Model):
     def __str__(self) -> str:
         return f"{self.cluster_id}:{self.namespace}/{self.name}"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Saved with its expiry schedule (LeaseDeadline): the ingest writes both in its
+        own statements (leases.lease_rows); this is for rows saved one by one (admin,
+        tests)."""
+        super().save(*args, **kwargs)
+        update_fields = kwargs.get("update_fields")
+        if update_fields is None or set(update_fields) & _SCHEDULE_FIELDS:
+            schedule_expiry([self])
+
     def state_at(self, now: datetime, as_of: datetime | bool | None = True) -> LeaseState:
         """Its state at `now`, judged by its cluster's lease data as-of moment (read from
         `self.cluster` unless given: select it with the lease)."""
@@ -276,6 +312,56 @@ class Lease(models.Model):
             cluster = self.cluster
             as_of = cluster.leases_as_of if cluster.enabled else None
         return lease_state(self.holder, self.expires_at, now, as_of or None)
+
+
+# What a lease's expiry schedule is worked out from (`soon_at`).
+_SCHEDULE_FIELDS = {"holder", "expires_at", "lease_duration_seconds"}
+
+
+class LeaseDeadline(models.Model):
+    """When a lease becomes a problem by the clock alone (`soon_at`), kept beside the lease.
+
+    Expiry is time, not an event, but the moment is known in advance: a lease is expiring
+    soon from `soon_at` on, and expired later still. Indexed, so that "which leases are
+    expiring soon or expired now" reads only those (`soon_at <= now`), however many healthy
+    leases there are. A side table and not a column of Lease: every renewal moves it, and
+    an index on a Lease column that renewals move would make each renewal write an entry
+    into every index of the wide lease table instead of an in-place (HOT) update; this
+    narrow row has two indexes. Written with the lease by every path that writes
+    renew_time or expires_at (leases.lease_rows, Lease.save, `schedule_expiry`).
+    """
+
+    lease = models.OneToOneField(
+        Lease, on_delete=models.CASCADE, primary_key=True, related_name="deadline"
+    )
+    # None: nobody holds the lease, or it has no expiry.
+    soon_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["soon_at"], name="lease_deadline_soon")]
+
+    def __str__(self) -> str:
+        return f"{self.lease_id}: soon at {self.soon_at}"
+
+
+def schedule_expiry(leases: Iterable[Lease]) -> None:
+    """Write the expiry schedule of leases written without it (bulk_create, save)."""
+    rows = [
+        LeaseDeadline(
+            lease_id=lease.pk,
+            soon_at=soon_at(lease.holder, lease.expires_at, lease.lease_duration_seconds),
+        )
+        for lease in leases
+        if lease.pk is not None
+    ]
+    if rows:
+        LeaseDeadline.objects.bulk_create(
+            rows,
+            batch_size=2000,
+            update_conflicts=True,
+            unique_fields=["lease"],
+            update_fields=["soon_at"],
+        )
 
 
 class LeaseTransition(models.Model):

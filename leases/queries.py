@@ -57,14 +57,15 @@ from leases.lease_states import (
     lease_as_of,
     state_counts,
 )
-from leases.models import Lease, LeaseClass, LeaseQuerySet, LeaseState
+from leases.models import (
+    EXPIRING_SOON,
+    EXPIRING_SOON_PARTS,
+    Lease,
+    LeaseClass,
+    LeaseQuerySet,
+    LeaseState,
+)
 
-# Held leases that expire within this are "expiring soon" on the overview, and on the
-# Leases page whatever their duration.
-EXPIRING_SOON = timedelta(seconds=10)
-# ... and on the Leases page also those with less than a quarter of their duration left: a
-# 40 s node lease after 30 s without renewal, an hour-long API server identity after 45 min.
-EXPIRING_SOON_PARTS = 4
 # A reused fencing token stays a problem this long after it was seen.
 FENCING_ANOMALY_WINDOW = timedelta(hours=24)
 

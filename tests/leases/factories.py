@@ -11,7 +11,7 @@ from itertools import count
 from typing import Any
 
 from leases.classify import classify_lease
-from leases.models import KubeCluster, Lease, LeaseCandidate, LeaseTransition
+from leases.models import KubeCluster, Lease, LeaseCandidate, LeaseTransition, schedule_expiry
 
 NOW = datetime(2026, 11, 29, 8, 0, 0, tzinfo=UTC)
 # Recognisable in any page or response body, so a leak of the kubeconfig is easy to catch.
@@ -145,4 +145,7 @@ def make_many_leases(
         )
         for index in range(number)
     ]
-    return Lease.objects.bulk_create(leases)
+    created = Lease.objects.bulk_create(leases)
+    # bulk_create skips Lease.save: the expiry schedule is written as the ingest writes it.
+    schedule_expiry(created)
+    return created
