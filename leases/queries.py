@@ -62,6 +62,7 @@ from leases.models import (
     EXPIRING_SOON_PARTS,
     Lease,
     LeaseClass,
+    LeaseDeadline,
     LeaseQuerySet,
     LeaseState,
 )
@@ -510,7 +511,7 @@ def table_page(
     sort, descending = filters.sort_key, filters.descending
     backwards = cursor is not None and cursor.direction == "before"
     keyset: tuple[str, list[Any]] | None = None
-    if cursor is not None:
+    if cursor is not None and not sort.computed:
         keyset = keyset_sql(sort, descending, _adapted(cursor), _column_sql)
     changes, changes_params = recent_changes_sql(lease_column("id"), now, policy)
     selected = ", ".join(lease_column(name) for name in TABLE_COLUMNS)
@@ -519,7 +520,7 @@ def table_page(
     extra = [column.field for column in sort.all_columns if column.field not in TABLE_COLUMNS]
     if sort.computed:
         statement, statement_params = _ranked_statement(
-            sort, descending, backwards, keyset, conditions, params, now, policy, limit
+            sort, descending, backwards, cursor, filters, conditions, params, now, policy, limit
         )
         selected_extra = "".join(f", {_page_column(name)}" for name in extra)
         statement = f"SELECT {selected}, ({changes}){selected_extra} {statement}"
@@ -562,56 +563,139 @@ def _page_column(field: str) -> str:
     return f"{connection.ops.quote_name(_PAGE)}.{connection.ops.quote_name(field)}"
 
 
+def problem_candidates_sql(now: datetime, policy: FlapPolicy) -> tuple[str, list[Any]]:
+    """The ids of every lease that may have a problem at `now` (a superset of those whose
+    `problem_rank_sql` is not NONE), read from indexes alone, and its parameters: those
+    expiring soon or expired by their schedule (LeaseDeadline.soon_at <= now), a fencing
+    token reused within the window, flapping. How many they are grows with the problems,
+    not with the leases."""
+    quote, adapt = connection.ops.quote_name, connection.ops.adapt_datetimefield_value
+    deadline = quote(LeaseDeadline._meta.db_table)
+    table = quote(Lease._meta.db_table)
+    flapping, flapping_params = flapping_ids_sql(now, policy)
+    # Names and placeholders only: every value is a parameter.
+    sql = (
+        f"SELECT {deadline}.lease_id FROM {deadline} "  # noqa: S608
+        f"WHERE {deadline}.soon_at <= %s "
+        f"UNION SELECT {table}.id FROM {table} WHERE {lease_column('fencing_reused_at')} > %s "
+        f"UNION {flapping}"
+    )
+    return sql, [adapt(now), adapt(now - FENCING_ANOMALY_WINDOW), *flapping_params]
+
+
 def _ranked_statement(
     sort: SortKey,
     descending: bool,
     backwards: bool,
-    keyset: tuple[str, list[Any]] | None,
+    cursor: Cursor | None,
+    filters: LeaseFilters,
     conditions: list[str],
     params: list[Any],
     now: datetime,
     policy: FlapPolicy,
     limit: int,
 ) -> tuple[str, list[Any]]:
-    """FROM ... ORDER BY of a page in an order computed from the clock, and its parameters.
+    """FROM ... ORDER BY of a problems-first page, and its parameters, at a cost that grows
+    with the problems and the page, not with the leases.
 
-    Every matching lease is ranked (`problem_rank_sql`) in a derived table named like the
-    lease table, so that the keyset condition and the order read the rank as a column,
-    computed once per lease. Only the ids and sort values are sorted (sorting whole rows
-    cost a quarter more on 15,000 leases); the page's rows are then joined back.
+    The order is the problem rank, then the rest of the sort key: the leases with a problem
+    (a few, found by `problem_candidates_sql` and ranked there) come before the others,
+    which all rank NONE and so are in the order of the rest of the key alone, which an index
+    serves (lease_natural, or lease_cluster_natural under a cluster filter). A page is the
+    first `limit + 1` rows of the two segments in reading order, each read from where the
+    cursor is (only the segment the cursor is in, and those after it, are read), merged,
+    and joined back to the lease table for the rows' columns.
     """
     table, quote = connection.ops.quote_name(Lease._meta.db_table), connection.ops.quote_name
-    rank, rank_params = problem_rank_sql(now, policy)
-    keys = [column.field for column in sort.all_columns if not column.computed]
+    rank_column, *rest_columns = sort.all_columns
+    assert rank_column.computed and sort.unique
+    rest = SortKey(sort.param, sort.label, tuple(rest_columns), unique=True)
+    keys = [column.field for column in rest_columns]
     narrow = list(dict.fromkeys(["id", *keys]))
-    inner_where = " AND ".join(conditions) or "1 = 1"
-    keyset_where, keyset_params = keyset if keyset is not None else ("1 = 1", [])
-    order, order_params = order_sql(sort, descending, backwards, _column_sql)
+    adapted = _adapted(cursor) if cursor is not None else None
+    where = " AND ".join(conditions) or "1 = 1"
+    rank, rank_params = problem_rank_sql(now, policy)
+    none = f"{Problem.NONE:d}"
+    derived_columns = ", ".join(_stored_column_sql(name, False) for name in narrow)
+
+    def problems(keyset: bool) -> tuple[str, list[Any]]:
+        candidates, candidates_params = problem_candidates_sql(now, policy)
+        keyset_where, keyset_params = (
+            keyset_sql(sort, descending, adapted, _column_sql)
+            if keyset and adapted is not None
+            else ("1 = 1", [])
+        )
+        order, order_params = order_sql(sort, descending, backwards, _column_sql)
+        # The candidates ranked in a derived table named like the lease table, so that the
+        # keyset condition and the order read the rank as a column, computed once per lease.
+        ranked = (
+            f"SELECT {', '.join(lease_column(name) for name in narrow)}, "  # noqa: S608
+            f"{rank} AS {quote(RANK_FIELD)} FROM {table} "
+            f"WHERE {where} AND {lease_column('id')} IN ({candidates})"
+        )
+        sql = (
+            f"SELECT * FROM (SELECT {derived_columns}, "  # noqa: S608
+            f"{_stored_column_sql(RANK_FIELD, False)} FROM ({ranked}) AS {table} "
+            f"WHERE {_stored_column_sql(RANK_FIELD, False)} < {none} AND {keyset_where} "
+            f"ORDER BY {order} LIMIT %s) AS {quote('problems')}"
+        )
+        return sql, [
+            *rank_params,
+            *params,
+            *candidates_params,
+            *keyset_params,
+            *order_params,
+            limit + 1,
+        ]
+
+    def others(keyset: bool) -> tuple[str, list[Any]]:
+        keyset_where, keyset_params = (
+            keyset_sql(rest, descending, Cursor(adapted.direction, adapted.values[1:]), _column_sql)
+            if keyset and adapted is not None
+            else ("1 = 1", [])
+        )
+        order, order_params = order_sql(rest, descending, backwards, _column_sql)
+        sql = (
+            f"SELECT * FROM (SELECT {', '.join(lease_column(name) for name in narrow)}, "  # noqa: S608
+            f"{none} AS {quote(RANK_FIELD)} FROM {table} "
+            f"WHERE {where} AND ({rank}) = {none} AND {keyset_where} "
+            f"ORDER BY {order} LIMIT %s) AS {quote('others')}"
+        )
+        return sql, [*params, *rank_params, *keyset_params, *order_params, limit + 1]
+
+    # Reading order: problems, then the others; reversed when the order is descending or
+    # the page is read backwards from a cursor (both: forwards again).
+    segments = [problems, others]
+    if descending != backwards:
+        segments.reverse()
+    if cursor is not None:
+        in_problems = cursor.values[0] != Problem.NONE
+        start = segments.index(problems if in_problems else others)
+        segments = segments[start:]
+    if not _others_possible(filters):
+        segments = [segment for segment in segments if segment is not others]
+    if not segments:
+        segments = [problems]  # an empty page still needs a statement
+    parts = [segment(keyset=index == 0) for index, segment in enumerate(segments)]
+    union = " UNION ALL ".join(sql for sql, _ in parts)
+    union_params = [value for _, part_params in parts for value in part_params]
     page_order, page_order_params = order_sql(
         sort, descending, backwards, lambda column: (_paged(column), [])
     )
-    # Column names and placeholders only: every value is a parameter.
-    ranked = (
-        f"SELECT {', '.join(lease_column(name) for name in narrow)}, "  # noqa: S608
-        f"{rank} AS {quote(RANK_FIELD)} FROM {table} WHERE {inner_where}"
-    )
-    page = (
-        f"SELECT {', '.join(_stored_column_sql(name, False) for name in narrow)}, "  # noqa: S608
-        f"{_stored_column_sql(RANK_FIELD, False)} FROM ({ranked}) AS {table} "
-        f"WHERE {keyset_where} ORDER BY {order} LIMIT %s"
-    )
+    page = f"SELECT * FROM ({union}) AS {quote(_PAGE)} ORDER BY {page_order} LIMIT %s"  # noqa: S608
     statement = (
         f"FROM ({page}) AS {quote(_PAGE)} JOIN {table} ON {lease_column('id')} = "
         f"{_page_column('id')} ORDER BY {page_order}"
     )
-    return statement, [
-        *rank_params,
-        *params,
-        *keyset_params,
-        *order_params,
-        limit + 1,
-        *page_order_params,
-    ]
+    return statement, [*union_params, *page_order_params, limit + 1, *page_order_params]
+
+
+def _others_possible(filters: LeaseFilters) -> bool:
+    """Whether a lease without a problem can match: an expired or flapping lease always has
+    one, unless it is deleted (deleted leases rank NONE)."""
+    if filters.include_deleted:
+        return True
+    return not (filters.flapping or filters.state == LeaseState.EXPIRED)
 
 
 def _paged(column: SortColumn) -> str:
