@@ -25,6 +25,7 @@ from leases.queries import (
     Problem,
     filter_leases,
     keyset_page,
+    ranked_page,
     table_page,
     with_problem_rank,
 )
@@ -99,6 +100,26 @@ def table_walk(filters: LeaseFilters, limit: int) -> tuple[list[int], list[int]]
     return forward, backward
 
 
+def api_walk(filters: LeaseFilters, limit: int) -> tuple[list[int], list[int]]:
+    """The same through `ranked_page` (the API's problems first), as dicts."""
+    policy, sort = flap_policy(), filters.sort_key
+
+    def page(cursor: Cursor | None) -> tuple[list[int], str | None, str | None]:
+        found = ranked_page(filters, NOW, cluster_ids(), policy, cursor, limit, ("name",))
+        return [row["id"] for row in found.rows], found.next_cursor, found.previous_cursor
+
+    rows, after, before = page(None)
+    forward = list(rows)
+    while after is not None:
+        rows, after, before = page(Cursor("after", decode_cursor(after, sort)))
+        forward += rows
+    backward = rows
+    while before is not None:
+        rows, _, before = page(Cursor("before", decode_cursor(before, sort)))
+        backward = rows + backward
+    return forward, backward
+
+
 def oracle(filters: LeaseFilters) -> list[int]:
     """Every matching lease ranked and ordered in one query (the ORM's one page of all)."""
     leases = filter_leases(filters, NOW, cluster_ids())
@@ -131,6 +152,7 @@ def test_paging_across_the_problems_end_loses_and_repeats_nothing(seed: int, sor
             forward, backward = table_walk(filters, limit)
             assert forward == expected, (filters, limit)
             assert backward == expected, (filters, limit)
+        assert api_walk(filters, 3) == (expected, expected), filters
 
 
 def test_every_problem_comes_before_every_healthy_lease_worst_first() -> None:
