@@ -8,7 +8,10 @@ Nothing here writes or formats. Every function takes `now` from its caller: a le
 is a matter of the clock (`renewTime + leaseDurationSeconds`), and one request must judge
 all its rows by one clock. So is its problem rank (`Problem`), the Leases page's default
 order: `problem_rank_sql` in SQL, `fencing_anomaly` and `expiring_soon` for one row in
-Python, side by side here.
+Python, side by side here. A problems-first page ranks only the leases that may have a
+problem (`problem_candidates_sql`: their expiry schedule says so, or their history), then
+reads the rest from an index (`_ranked_statement`): its cost grows with the problems and
+the page, not with the leases.
 """
 
 from __future__ import annotations
