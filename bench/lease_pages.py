@@ -179,9 +179,9 @@ def next_page(web: Any) -> str:
     import re
 
     body = web.get("/leases/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="lease-table")
-    found = re.search(r'href="(\?[^"]*after=[^"]+)"', body.content.decode())
-    assert found is not None
-    return "/leases/" + found.group(1).replace("&amp;", "&")
+    found = re.search(r'href="([^"]*[?&]after=[^"]+)"', body.content.decode())
+    assert found is not None, "no next page"
+    return found.group(1).replace("&amp;", "&")
 
 
 def measure(repeat: int) -> dict[str, Figure]:
@@ -219,16 +219,18 @@ def explain() -> None:
     from leases.queries import LeaseFilters, table_page
 
     def explaining(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        cursor = context["cursor"]
+        # The driver's own cursor: through Django's, the EXPLAIN would come back here.
+        cursor = context["cursor"].cursor
         cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
         print("\n".join(row[0] for row in cursor.fetchall()))
         return execute(sql, params, many, context)
 
     ids = dict(KubeCluster.objects.values_list("name", "pk"))
+    policy = flap_policy()
     for filters in (LeaseFilters(), LeaseFilters(cluster="edge-07", state="held")):
         print(f"-- plan of the table region, {filters.params() or 'no filter'}:")
         with connection.execute_wrapper(explaining):
-            table_page(filters, timezone.now(), ids, flap_policy(), None, 100)
+            table_page(filters, timezone.now(), ids, policy, None, 100)
 
 
 def main() -> None:

@@ -676,10 +676,23 @@ def _ranked_statement(
         order, order_params = order_sql(sort, descending, backwards, _column_sql)
         # The candidates ranked in a derived table named like the lease table, so that the
         # keyset condition and the order read the rank as a column, computed once per lease.
+        if connection.vendor == "postgresql":
+            # Each candidate looked up by id: with a thousand candidates PostgreSQL would
+            # rather hash-join them against a scan of every lease (measured: 91 ms of 99
+            # at 100,000 leases), which is the cost this statement exists to avoid.
+            leases_of_candidates = (
+                f"({candidates}) AS {quote('candidate')} CROSS JOIN LATERAL "  # noqa: S608
+                f"(SELECT * FROM {table} WHERE {lease_column('id')} = "
+                f"{quote('candidate')}.{quote('lease_id')}) AS {table} WHERE {where}"
+            )
+        else:
+            # SQLite looks an IN list's rows up by id itself.
+            leases_of_candidates = (
+                f"{table} WHERE {where} AND {lease_column('id')} IN ({candidates})"
+            )
         ranked = (
             f"SELECT {', '.join(lease_column(name) for name in narrow)}, "  # noqa: S608
-            f"{rank} AS {quote(RANK_FIELD)} FROM {table} "
-            f"WHERE {where} AND {lease_column('id')} IN ({candidates})"
+            f"{rank} AS {quote(RANK_FIELD)} FROM {leases_of_candidates}"
         )
         sql = (
             f"SELECT * FROM (SELECT {derived_columns}, "  # noqa: S608
@@ -687,10 +700,15 @@ def _ranked_statement(
             f"WHERE {_stored_column_sql(RANK_FIELD, False)} < {none} AND {keyset_where} "
             f"ORDER BY {order} LIMIT %s) AS {quote('problems')}"
         )
+        # The placeholders' order: the candidates come before the filters on PostgreSQL.
+        lookup_params = (
+            [*candidates_params, *params]
+            if connection.vendor == "postgresql"
+            else [*params, *candidates_params]
+        )
         return sql, [
             *rank_params,
-            *params,
-            *candidates_params,
+            *lookup_params,
             *keyset_params,
             *order_params,
             limit + 1,
@@ -807,7 +825,25 @@ def state_counts_by_cluster(now: datetime) -> dict[int, dict[str, int]]:
 
 
 def namespaces() -> list[str]:
-    """Namespaces that have leases, for the filter's suggestions (full page only)."""
-    return list(
-        Lease.objects.live().order_by("namespace").values_list("namespace", flat=True).distinct()
-    )
+    """Namespaces that have leases, for the filter's suggestions (full page only).
+
+    Read as a skip scan of the namespace index, one step per namespace: a DISTINCT read
+    every lease (45 ms of the page at 100,000 leases), and a fleet has many leases in few
+    namespaces.
+    """
+    table = connection.ops.quote_name(Lease._meta.db_table)
+    # Names only, no value.
+    statement = f"""
+        WITH RECURSIVE found(namespace) AS (
+            SELECT MIN(namespace) FROM {table} WHERE deleted_at IS NULL
+            UNION ALL
+            SELECT (
+                SELECT MIN(later.namespace) FROM {table} AS later
+                WHERE later.namespace > found.namespace AND later.deleted_at IS NULL
+            ) FROM found WHERE found.namespace IS NOT NULL
+        )
+        SELECT namespace FROM found WHERE namespace IS NOT NULL
+    """  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(statement)
+        return [row[0] for row in cursor.fetchall()]
