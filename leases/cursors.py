@@ -89,8 +89,10 @@ SORT_KEYS: dict[str, SortKey] = {
     key.param: key
     for key in (
         # Problems first: expired, fencing anomaly, flapping, expiring soon, then the rest,
-        # each by name. Computed from the clock for every matching lease, so no index can
-        # serve it: the statement reads them all (measured in bench/lease_table.py).
+        # each by name. The rank is computed from the clock, so no index holds it: the
+        # statement ranks only the leases that may have a problem (found through their
+        # expiry schedule, LeaseDeadline) and reads the rest, which all rank alike, from a
+        # natural-name index a page at a time (leases.queries._ranked_statement).
         SortKey(
             PROBLEMS_SORT,
             _("Problems first"),

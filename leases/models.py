@@ -282,7 +282,8 @@ class Lease(models.Model):
         ]
         # No index on renew_time or expires_at on purpose: every renewal changes both, and
         # an index on either would turn each renewal into an index write instead of a
-        # cheap in-place (HOT) update. Expiry queries scan one cluster's leases instead.
+        # cheap in-place (HOT) update. Expiry queries scan one cluster's leases instead, or
+        # read the narrow LeaseDeadline beside it, whose index renewals may move.
         indexes = [
             models.Index(fields=["cluster", "lease_class"], name="lease_cluster_class"),
             models.Index(fields=["namespace", "name"], name="lease_namespace_name"),
