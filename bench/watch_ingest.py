@@ -30,7 +30,8 @@ spends, so the CPU figures would not be production's.
 
 `--rate-only` stops after the 1,500 events/s figure (parts 1-3), for quick iterations.
 
-It creates and drops its own database (`bench_watch_ingest`, or $BENCH_DATABASE) on the server of DATABASE_URL.
+It creates and drops its own database (`bench_watch_ingest`, or $BENCH_DATABASE) on the
+server of DATABASE_URL.
 """
 
 from __future__ import annotations

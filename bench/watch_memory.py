@@ -94,8 +94,7 @@ def stored(cluster_id: int, case: Case) -> bool:
     if cluster.leases_as_of is None or cluster.nodes_as_of is None:
         return False
     return (
-        Lease.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True).count()
-        >= case.leases
+        Lease.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True).count() >= case.leases
         and Node.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True).count()
         >= case.nodes
     )
@@ -114,7 +113,7 @@ def run_case(context: multiprocessing.context.SpawnContext, case: Case) -> Figur
     kubeconfig = yaml.safe_dump(kubeconfig_document(url, token=None, context_name=case.label))
     cluster, _ = register_kube_cluster(case.label, kubeconfig=kubeconfig, replace=True)
     env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
-    watcher = subprocess.Popen(  # noqa: S603 - our own manage.py
+    watcher = subprocess.Popen(
         [sys.executable, str(REPO_ROOT / "manage.py"), "watch_leases", "--cluster", case.label],
         env=env,
         cwd=REPO_ROOT,
