@@ -30,7 +30,8 @@ spends, so the CPU figures would not be production's.
 
 `--rate-only` stops after the 1,500 events/s figure (parts 1-3), for quick iterations.
 
-It creates and drops its own database (`bench_watch_ingest`) on the server of DATABASE_URL.
+It creates and drops its own database (`bench_watch_ingest`, or $BENCH_DATABASE) on the
+server of DATABASE_URL.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ CLUSTER_SECONDS = 20
 LEASE_RENEW_SECONDS = 10
 NODE_STATUS_SECONDS = 60
 NODE_BURST = 20_000
-BENCH_DATABASE = "bench_watch_ingest"
+# Named per runner (BENCH_DATABASE=bench_<who>_...), so benchmarks run side by side never
+# drop each other's database.
+BENCH_DATABASE = os.environ.get("BENCH_DATABASE", "bench_watch_ingest")
 
 
 def fake_server_process(commands: Connection) -> None:

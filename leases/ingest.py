@@ -27,6 +27,7 @@ writes a transition the old one already wrote.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -75,6 +76,9 @@ __all__ = ["FlushResult", "LeaseIngestor", "sync_candidates"]
 Key = tuple[str, str]
 # One flush writes at most this many leases (oldest first); the rest wait for the next one.
 FLUSH_MAX_LEASES = 4000
+# A list waits (leases.watch_loop) while this many raw objects wait for a flush: a list of
+# 100,000 leases holds one flush's worth of objects, not the whole list.
+MAX_PENDING_LEASES = FLUSH_MAX_LEASES
 # Failures caused by one lease's values, not by the database being unreachable: they are
 # isolated to that lease. ValueError and OverflowError are values Python itself cannot
 # convert, which would fail every retry just the same.
@@ -171,6 +175,9 @@ def _transition_key(item: History) -> Key:
 
 
 class LeaseIngestor:
+    # What a list lets wait for a flush before it reads on (leases.watch_loop).
+    max_pending = MAX_PENDING_LEASES
+
     def __init__(self, cluster_id: int) -> None:
         self.cluster_id = cluster_id
         self._lock = threading.Lock()
@@ -209,10 +216,11 @@ class LeaseIngestor:
             ):
                 # The stored row's resourceVersion is at or after the one that brought its
                 # holder: an object older than it is older than that state too.
-                self._known[(namespace, name)] = KnownLease(
-                    holder, transitions, uid, _version_number(version)
+                key = compact_key(namespace, name)
+                self._known[key] = KnownLease(
+                    _shared(holder, name), transitions, uid, _version_number(version)
                 )
-                self._lease_ids[(namespace, name)] = lease_id
+                self._lease_ids[key] = lease_id
             self._identities = {
                 (namespace, name): identity
                 for namespace, name, holder, identity in identities
@@ -225,6 +233,10 @@ class LeaseIngestor:
         with self._lock:
             return set(self._known)
 
+    def pending_objects(self) -> int:
+        """Raw objects waiting for a flush (a list waits while there are max_pending)."""
+        return len(self._batch.objects)  # one len() of a dict: atomic without the lock
+
     def observe(self, obj: dict[str, Any], received: float | None = None) -> bool:
         """An ADDED or MODIFIED object; False when it is not a usable Lease."""
         state = lease_state(obj)
@@ -236,6 +248,9 @@ class LeaseIngestor:
             batch.events += 1
             previous = self._known.get(key)
             if previous is None:
+                # Kept for the lease's life: its key and holder as few strings as can be.
+                key = compact_key(*key)
+                holder = _shared(holder, key[1])
                 self._known[key] = KnownLease(holder, lease_transitions, *_order(obj))
                 self._first_sight(key, obj, holder, spec, batch)
             elif previous.holder != holder or previous.lease_transitions != lease_transitions:
@@ -468,7 +483,12 @@ class LeaseIngestor:
                 [item for key, _ in chunk for item in pending_history.get(key, ())], ids
             )
         with self._lock:
-            self._lease_ids.update(ids)
+            # Under the chunk's keys, which are those `_known` holds (one tuple per lease).
+            lease_ids = self._lease_ids
+            for key, _ in chunk:
+                lease_id = ids.get(key)
+                if lease_id is not None:
+                    lease_ids[key] = lease_id
             for key, _ in full:
                 digest = digests.get(key)
                 if digest is not None and key in ids and key in self._known:
@@ -581,6 +601,18 @@ class LeaseIngestor:
                 deleted_at__isnull=True,
             ).update(deleted_at=now)
         return count
+
+
+def compact_key(namespace: str, name: str) -> Key:
+    """A lease's key as the ingestor keeps it: the namespace interned (a cluster has a few,
+    and every node lease's is the same), so each lease costs a tuple and its name only."""
+    return (sys.intern(namespace), name)
+
+
+def _shared(holder: str, name: str) -> str:
+    """The holder, as the name's own string when they are equal (a node lease's holder is
+    its node, which is its name): one string kept instead of two."""
+    return name if holder == name else holder
 
 
 def _version_number(value: object) -> int | None:

@@ -10,7 +10,14 @@ history. The reader thread calls `observe*()`, another thread `flush()`.
 What differs is the cost model. A kubelet re-posts its status with only lastHeartbeatTime
 changed; none of that is stored. So each node's stored fields are kept as a digest of what
 the database holds, and a flush writes only the nodes whose digest changed: a heartbeat
-costs one parse per flush and no database write.
+costs one parse and no database write.
+
+And what waits for a flush is the parse (NodeObservation: the bounded stored fields, about
+2 KB), not the raw Node: a real Node is 5-60 KiB of JSON (status.images, managedFields) and
+several times that as Python objects, and a list of 20,000 Nodes, or a burst of status
+posts, would otherwise hold that many raw Nodes until their flush. A Node is parsed as it
+arrives (its events rarely come more than one per node per flush: a kubelet posts its status
+every minute or so), so nothing is parsed twice.
 """
 
 from __future__ import annotations
@@ -29,7 +36,6 @@ from leases.models import ConditionStatus
 from leases.node_parse import (
     NodeObservation,
     ReadyCondition,
-    node_identity,
     node_key,
     parse_node,
 )
@@ -47,6 +53,9 @@ logger = logging.getLogger(__name__)
 
 UPSERT_BATCH_SIZE = 1000
 FLUSH_MAX_NODES = 4000
+# A list waits (leases.watch_loop) while this many parsed Nodes wait for a flush: a list of
+# 20,000 holds about one flush's worth of them, not the whole list.
+MAX_PENDING_NODES = FLUSH_MAX_NODES
 ROW_DATA_ERRORS = (DataError, IntegrityError, ValueError, OverflowError)
 
 
@@ -72,8 +81,8 @@ class NodeFlushResult:
         return self.objects_cleaned + self.nodes_skipped
 
 
-# Nodes waiting for a flush: the newest object per node, with its Ready changes.
-_Batch = PendingBatch[str, dict[str, Any], PendingReadyChange]
+# Nodes waiting for a flush: the newest parse per node, with its Ready changes.
+_Batch = PendingBatch[str, NodeObservation, PendingReadyChange]
 
 
 def _change_key(change: PendingReadyChange) -> str:
@@ -81,6 +90,9 @@ def _change_key(change: PendingReadyChange) -> str:
 
 
 class NodeIngestor:
+    # What a list lets wait for a flush before it reads on (leases.watch_loop).
+    max_pending = MAX_PENDING_NODES
+
     def __init__(self, cluster_id: int, *, chunk_size: int = UPSERT_BATCH_SIZE) -> None:
         self.cluster_id = cluster_id
         self.chunk_size = chunk_size
@@ -105,13 +117,17 @@ class NodeIngestor:
         with self._lock:
             return set(self._known)
 
+    def pending_objects(self) -> int:
+        """Parsed Nodes waiting for a flush (a list waits while there are max_pending)."""
+        return len(self._batch.objects)  # one len() of a dict: atomic without the lock
+
     def observe(self, obj: dict[str, Any], received: float | None = None) -> bool:
         """An ADDED or MODIFIED Node; False when it is not a usable Node (no name)."""
-        identity = node_identity(obj)
-        if identity is None:
+        observation = parse_node(obj)
+        if observation is None:
             return False
         received = time.monotonic() if received is None else received
-        name, ready = identity.name, identity.ready
+        name, ready = observation.name, observation.ready
         with self._lock:
             batch = self._batch
             batch.events += 1
@@ -120,7 +136,7 @@ class NodeIngestor:
             if ready.status != previous or _moved(since, ready.last_transition_time):
                 batch.history.append(_change(name, previous, ready))
             self._known[name] = (ready.status, ready.last_transition_time)
-            batch.objects[name] = obj
+            batch.objects[name] = observation
             batch.received.setdefault(name, received)
             batch.deleted.pop(name, None)
         return True
@@ -195,7 +211,7 @@ class NodeIngestor:
 
     def _write_chunk(
         self,
-        chunk: list[tuple[str, dict[str, Any]]],
+        chunk: list[tuple[str, NodeObservation]],
         pending: dict[str, list[PendingReadyChange]],
         result: NodeFlushResult,
     ) -> None:
@@ -207,23 +223,24 @@ class NodeIngestor:
         changed: list[NodeObservation] = []
         digests: dict[str, bytes] = {}
         unchanged = cleaned = 0
-        for name, obj in chunk:
-            observation = parse_node(obj)
-            if observation is None:
-                continue
+        for name, observation in chunk:
             fingerprint = observation_digest(observation)
             if fingerprint == stored[name]:
                 unchanged += 1  # a heartbeat: nothing the dashboard keeps has changed
                 continue
             changed.append(observation)
-            digests[observation.name] = fingerprint
+            digests[name] = fingerprint  # the chunk's name: the string `_known` holds
             cleaned += observation.cleaned or observation.cut > 0
         with transaction.atomic():
             ids = upsert_nodes(self.cluster_id, changed, now)
             changes = [change for name, _ in chunk for change in pending.get(name, ())]
             changes_written = self._write_changes(changes, ids)
         with self._lock:
-            self._node_ids.update(ids)
+            node_ids = self._node_ids
+            for name, _ in chunk:  # the names `_known` holds, not the parse's copies
+                node_id = ids.get(name)
+                if node_id is not None:
+                    node_ids[name] = node_id
             self._stored.update(digests)
         for name, _ in chunk:
             pending.pop(name, None)
@@ -234,7 +251,7 @@ class NodeIngestor:
 
     def _write_alone(
         self,
-        item: tuple[str, dict[str, Any]],
+        item: tuple[str, NodeObservation],
         pending: dict[str, list[PendingReadyChange]],
         result: NodeFlushResult,
     ) -> None:
@@ -254,8 +271,14 @@ class NodeIngestor:
     def _write_changes(self, changes: list[PendingReadyChange], ids: dict[str, int]) -> int:
         if not changes:
             return 0
+        # The ids of these changes' nodes only: not a copy of every node's id per flush.
         with self._lock:
-            known_ids = {**self._node_ids, **ids}
+            node_ids = self._node_ids
+            known_ids = {
+                change.name: node_id
+                for change in changes
+                if (node_id := ids.get(change.name) or node_ids.get(change.name)) is not None
+            }
         return write_ready_changes(changes, known_ids)
 
 

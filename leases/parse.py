@@ -24,9 +24,8 @@ MAX_HOLDER_LENGTH = 16_384
 MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600
 # A lease has a handful of labels; more is a mistake or an attack, and labels are stored.
 MAX_LABELS = 64
-# A renewal shape longer than this is kept as its digest: the ingestor keeps one shape per
-# lease, and an object may be up to its cap (256 KiB) long.
-MAX_SHAPE_BYTES = 2048
+# A renewal shape is kept as a digest this long: the ingestor keeps one per stored lease.
+SHAPE_DIGEST_BYTES = 16
 
 
 @dataclass(slots=True)
@@ -342,9 +341,9 @@ def parse_candidate(obj: object) -> CandidateObservation | None:
 
 
 # A Lease split into what a renewal moves and what it keeps: (stable, renew_text,
-# resource_version), where `stable` is the object's JSON with renewTime, resourceVersion and
-# managedFields blanked. A plain tuple: one is built per event written, and a dataclass's
-# __init__ costs more than the rest of the split.
+# resource_version), where `stable` is the digest of the object's JSON with renewTime,
+# resourceVersion and managedFields blanked. A plain tuple: one is built per event written,
+# and a dataclass's __init__ costs more than the rest of the split.
 RenewalShape = tuple[bytes, str, str]
 
 
@@ -356,10 +355,10 @@ def renewal_shape(obj: object) -> RenewalShape | None:
     is refused here whenever those two values would not be stored as sent: not text, longer
     than the column, or holding a NUL (which the full parse removes); and any NUL elsewhere
     is refused too. managedFields are left out, as the parse leaves them out: a real
-    apiserver moves their time at every renewal. The bytes themselves are compared, not a
-    hash of them: exact, and cheaper than hashing (a few hundred bytes per lease kept); only
-    a shape over MAX_SHAPE_BYTES is kept as a 32-byte BLAKE2b digest, so a cluster of large
-    leases cannot make the ingestor hold each one whole.
+    apiserver moves their time at every renewal. `stable` is a 16-byte BLAKE2b digest of
+    that JSON, not the JSON itself: the ingestor keeps one per stored lease, and the bytes
+    were most of its memory per lease (a node lease's are about 500); a 128-bit digest
+    costs about a microsecond and collides less often than memory fails.
     """
     if type(obj) is not dict:
         return None
@@ -383,9 +382,7 @@ def renewal_shape(obj: object) -> RenewalShape | None:
         return None  # not plain JSON data: the full parse copes
     if b"\\u0000" in data:
         return None
-    if len(data) > MAX_SHAPE_BYTES:
-        data = hashlib.blake2b(data, digest_size=32).digest()
-    return data, renew, version
+    return hashlib.blake2b(data, digest_size=SHAPE_DIGEST_BYTES).digest(), renew, version
 
 
 # leaseDurationSeconds as timedeltas: a cluster uses a few durations, one per kind of lease.

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)  # what identifies one object: (namespace, name), a name
-O = TypeVar("O")  # noqa: E741  the raw object as received
+O = TypeVar("O")  # noqa: E741  the object as it waits: a raw Lease, a parsed Node
 H = TypeVar("H")  # one history row, written with its object's row
 
 
 @dataclass(slots=True)
 class PendingBatch(Generic[K, O, H]):
-    # The newest raw object per key: parsed once per flush, not once per event. Insertion
+    # The newest object per key (a Lease raw, parsed once per flush, not once per event; a
+    # Node as its bounded parse, see leases/node_ingest.py). Insertion
     # order is first-seen order, which is what makes "oldest first" a slice.
     objects: dict[K, O] = field(default_factory=dict)
     # When each key's first waiting event arrived (time.monotonic()), for the flush lag.

@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 # A watch stream open this long shows the server works, even if it delivered nothing.
 STREAM_PROVED_SECONDS = 10.0
+# How often a list waiting for a flush looks again (flushes come every half second).
+PENDING_POLL_SECONDS = 0.02
 
 
 class WatchExpired(Exception):
@@ -124,6 +126,11 @@ class Ingestor(Protocol):
     def count_event(self) -> None: ...
 
     def flush(self) -> Any: ...
+
+    # Raw objects waiting for a flush, and how many a list lets wait before it reads on.
+    max_pending: int
+
+    def pending_objects(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -314,6 +321,10 @@ class ResourceReader:
         # A list shows the server as it was when asked (its first page, consistently).
         asked_at = timezone.now()
         for page in self.resource.list_pages(api):
+            # Items are parsed one by one as they are taken (leases.kube.client), and a
+            # list reads its next page only once the flushes have room for it: what the
+            # list makes the worker hold is a page and a flush's worth of objects, however
+            # long the list is.
             for item in page.items:
                 key = key_of(item)
                 if key is not None and ingestor.observe(item):
@@ -323,6 +334,8 @@ class ResourceReader:
                 # status says which object was cut.
                 listed.update(self._cut(page.cut))
             resource_version = page.resource_version
+            del page  # not held while the next one is read
+            self._wait_for_flush(ingestor)
         gone = ingestor.reconcile(listed)
         # The server answers again: the next break starts from the shortest delay, not from
         # where an outage left the backoff.
@@ -340,6 +353,14 @@ class ResourceReader:
         )
         self.resource_version = resource_version
         return resource_version
+
+    def _wait_for_flush(self, ingestor: Ingestor) -> None:
+        """Wait while the ingestor holds max_pending objects or more (a flush takes them),
+        or until stopped. A database that does not take them keeps the list waiting, and
+        its total deadline (leases.kube.client) then ends it, rather than the worker
+        holding the whole list in memory."""
+        while ingestor.pending_objects() >= ingestor.max_pending and not self._stopping():
+            self._stop.wait(PENDING_POLL_SECONDS)
 
     def _stream_once(self, api: object, resource_version: str) -> str:
         stream = self.resource.open_watch(api, resource_version, self.watch_timeout_seconds)

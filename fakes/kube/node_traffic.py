@@ -31,10 +31,12 @@ class NodeTraffic(RenewalTraffic):
         lease_duration_seconds: int = 40,
         labels: Mapping[str, str] | None = None,
         at: float | None = None,
+        with_leases: bool = True,
     ) -> list[str]:
         """Register `count` Ready kubelets at once (at `at`, the store's clock by default):
         each Node (ADDED) with its heartbeat Lease owned by it (ADDED), as `add_node` does
-        one by one. Returns the names."""
+        one by one. Returns the names. `with_leases=False` registers the Nodes alone (a
+        benchmark that measures what Nodes cost apart from their Leases)."""
         now = self._clock() if at is None else at
         lease_stamp = format_micro_time(now)
         names = [name_format.format(index=index) for index in range(count)]
@@ -62,6 +64,8 @@ class NodeTraffic(RenewalTraffic):
                     "name": name,
                     "uid": node["metadata"]["uid"],
                 }
+                if not with_leases:
+                    continue
                 spec: dict[str, Any] = {
                     "holderIdentity": name,
                     "leaseDurationSeconds": lease_duration_seconds,
