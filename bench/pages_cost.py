@@ -26,6 +26,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -297,6 +298,34 @@ def populate(size: int, clusters: int) -> dict[str, str]:
     }
 
 
+def existing_paths() -> dict[str, str]:
+    """The paths of a fleet loaded earlier (--reuse), with a new session for its user."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.auth.models import User
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from leases.models import Node
+    from nks.models import NksCluster, ResizeRequest
+
+    user = User.objects.get(username="bench")
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "dashboard.oidc.PasswordBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    first = NksCluster.objects.order_by("pk").first()
+    node = Node.objects.filter(cluster__name="c00").order_by("pk").first()
+    resize = ResizeRequest.objects.order_by("pk").first()
+    assert first is not None and node is not None and resize is not None
+    return {
+        "session": str(session.session_key),
+        "node": f"/leases/clusters/c00/nodes/{node.name}/",
+        "nks_cluster": f"/clusters/{first.uuid}/",
+        "nodegroup": f"/clusters/{first.uuid}/nodegroups/{resize.nodegroup_name}/",
+        "resize": f"/clusters/resizes/{resize.pk}/",
+    }
+
+
 def targets(paths: dict[str, str]) -> list[tuple[str, str, str]]:
     """(label, path, HX-Target or "") of every page and region measured."""
     overview = [
@@ -363,7 +392,7 @@ def measure(paths: dict[str, str], runs: int) -> dict[str, dict[str, float]]:
     return results
 
 
-def child(size: int, clusters: int, runs: int) -> None:
+def child(size: int, clusters: int, runs: int, reuse: bool) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
     os.environ["LEASE_TABLE_CACHE_SECONDS"] = "0"
     import django
@@ -373,8 +402,8 @@ def child(size: int, clusters: int, runs: int) -> None:
     settings.DEBUG = True  # queries are recorded only with DEBUG (CaptureQueriesContext)
     settings.ALLOWED_HOSTS = ["*"]
     started = time.perf_counter()
-    paths = populate(size, clusters)
-    print(f"# loaded {size} leases in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    paths = existing_paths() if reuse else populate(size, clusters)
+    print(f"# ready: {size} leases in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     print(json.dumps(measure(paths, runs)))
 
 
@@ -384,22 +413,31 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=50)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep-database", action="store_true")
+    parser.add_argument(
+        "--reuse", action="store_true", help="measure databases kept by --keep-database"
+    )
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.clusters, args.runs)
+        child(args.child, args.clusters, args.runs, args.reuse)
         return
     from bench.benchdb import create_bench_database, drop_bench_database
 
     by_size: dict[int, dict[str, dict[str, float]]] = {}
     for size in [int(value) for value in args.sizes.split(",")]:
         name = f"bench_pages_{size}"
-        url, admin = create_bench_database(name)
+        if args.reuse:
+            base = urlsplit(os.environ["DATABASE_URL"])
+            url = urlunsplit(base._replace(path=f"/{name}"))
+            admin = urlunsplit(base._replace(path="/postgres"))
+        else:
+            url, admin = create_bench_database(name)
         env = {**os.environ, "DATABASE_URL": url, "REQUIRE_SERVICES": ""}
         env.pop("REDIS_URL", None)
         output = subprocess.run(
             [sys.executable, __file__, "--child", str(size), "--clusters", str(args.clusters)]
-            + ["--runs", str(args.runs)],
+            + ["--runs", str(args.runs)]
+            + (["--reuse"] if args.reuse else []),
             env=env,
             capture_output=True,
             text=True,
@@ -409,7 +447,7 @@ def main() -> None:
             sys.exit(output.stderr)
         print(output.stderr.strip(), file=sys.stderr)
         by_size[size] = json.loads(output.stdout.strip().splitlines()[-1])
-        if not args.keep_database:
+        if not (args.keep_database or args.reuse):
             drop_bench_database(name, admin)
     sizes = sorted(by_size)
     small, large = sizes[0], sizes[-1]
