@@ -457,7 +457,8 @@ def main() -> None:
     print(header + " | ratio")
     for label in by_size[small]:
         cells = "".join(
-            f" | {row['median_ms']:10.1f} {row['max_ms']:5.0f} {row['db_ms']:6.1f} {row['queries']:8.0f}"
+            f" | {row['median_ms']:10.1f} {row['max_ms']:5.0f} {row['db_ms']:6.1f}"
+            f" {row['queries']:8.0f}"
             for size in sizes
             for row in (by_size[size][label],)
         )
