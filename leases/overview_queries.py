@@ -14,15 +14,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import (
+    Case,
     Count,
     DateTimeField,
     Exists,
     F,
     OuterRef,
     Q,
-    QuerySet,
     Subquery,
     Value,
+    When,
     Window,
 )
 from django.db.models.functions import Least, RowNumber
@@ -114,31 +115,52 @@ def counts_by_cluster(now: datetime, within: timedelta) -> dict[int, dict[str, i
     return counts
 
 
-def first_per_cluster(
-    leases: QuerySet[Lease],
-    cluster_ids: Iterable[int],
-    order: Iterable[Any],
+def soon_and_expired_nodes(
+    now: datetime,
+    within: timedelta,
+    soon_clusters: Iterable[int],
+    nodes_clusters: Iterable[int],
     limit: int,
     fields: Iterable[str],
-) -> dict[int, list[dict[str, Any]]]:
-    """The first `limit` rows of each cluster's `leases` in `order`, in one query (a
-    window function numbers each cluster's rows; only the numbered page comes back)."""
-    ids = list(cluster_ids)
-    if not ids:
-        return {}
-    order = list(order)
+) -> tuple[dict[int, list[dict[str, Any]]], dict[int, list[dict[str, Any]]]]:
+    """Per cluster, the first `limit` leases expiring soon (soonest first) and expired node
+    heartbeats (newest expiry first), in one query: one read of the leases, however many
+    clusters. A window function numbers each (cluster, list) part; only the pages come back."""
+    soon_ids, nodes_ids = set(soon_clusters), set(nodes_clusters)
+    if not soon_ids and not nodes_ids:
+        return {}, {}
+    soon = expiring_soon(now, within) & Q(cluster_id__in=soon_ids)
+    nodes = expired_now(now) & Q(lease_class=LeaseClass.NODE_HEARTBEAT, cluster_id__in=nodes_ids)
+    is_soon = Case(When(soon, then=Value(True)), default=Value(False))
     fields = [field for field in fields if field != "cluster_id"]
     rows = (
-        leases.filter(cluster_id__in=ids)
-        .annotate(place=Window(RowNumber(), partition_by=[F("cluster_id")], order_by=order))
+        Lease.objects.live()
+        .filter(soon | nodes)
+        .annotate(
+            soon=is_soon,
+            place=Window(
+                RowNumber(),
+                partition_by=[F("cluster_id"), is_soon],
+                # Soonest first in the one part, newest expiry first in the other (its first
+                # key is NULL throughout).
+                order_by=[
+                    Case(When(soon, then=F("expires_at"))).asc(),
+                    F("expires_at").desc(),
+                    F("id").asc(),
+                ],
+            ),
+        )
         .filter(place__lte=limit)
         .order_by("cluster_id", "place")
-        .values("cluster_id", *fields)
+        .values("cluster_id", "soon", *fields)
     )
-    found: dict[int, list[dict[str, Any]]] = {cluster_id: [] for cluster_id in ids}
+    found_soon: dict[int, list[dict[str, Any]]] = {}
+    found_nodes: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
-        found[row["cluster_id"]].append(row)
-    return found
+        (found_soon if row.pop("soon") else found_nodes).setdefault(row["cluster_id"], []).append(
+            row
+        )
+    return found_soon, found_nodes
 
 
 # The Elections card computes availability for at most this many election leases: the ones

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import F
+from django.db.models import Count, Window
 from django.utils.translation import ngettext
 
 from dashboard.flapping import flap_policy
@@ -34,8 +34,7 @@ from leases.models import (
 from leases.overview_queries import (
     election_candidates,
     expired_now,
-    expiring_soon,
-    first_per_cluster,
+    soon_and_expired_nodes,
 )
 from leases.presenters.display import (
     HOLDER_DISPLAY_CHARS,
@@ -351,19 +350,13 @@ def leases_overview(now: datetime) -> LeasesOverview:
         flapping_by_cluster[row["cluster_id"]].append(row)
 
     window = format_duration(policy.window.total_seconds())
-    # Two lists for every cluster in two queries (a page of each cluster's rows), and only
+    # Two lists for every cluster in one query (a page of each cluster's rows), and only
     # for the clusters whose counts say they have any.
-    soon_by_cluster = first_per_cluster(
-        Lease.objects.live().filter(expiring_soon(now, EXPIRING_SOON)),
+    soon_by_cluster, nodes_by_cluster = soon_and_expired_nodes(
+        now,
+        EXPIRING_SOON,
         [cluster_id for cluster_id, count in counts.items() if count.get("expiring_soon")],
-        [F("expires_at").asc(), F("id").asc()],
-        OVERVIEW_LIST_LIMIT,
-        link_fields,
-    )
-    nodes_by_cluster = first_per_cluster(
-        Lease.objects.live().filter(expired_now(now), lease_class=LeaseClass.NODE_HEARTBEAT),
         [cluster_id for cluster_id, count in counts.items() if count.get("nodes_expired")],
-        [F("expires_at").desc(), F("id").asc()],
         OVERVIEW_LIST_LIMIT,
         link_fields,
     )
@@ -459,14 +452,18 @@ def lease_problems(now: datetime) -> LeaseProblems:
     """A fixed number of queries: the watchers, one count, one list each, whatever the size."""
     prefix = leases_prefix()
     statuses = cluster_statuses(now)
-    expired_rows = (
+    # The total rides along with the page (a window count): one read of the leases, not two.
+    expired_rows = list(
         Lease.objects.live()
         .filter(expired_now(now))
+        .annotate(total=Window(Count("id")))
         # Newest expiry first: what just broke is what someone is being paged about.
         .order_by("-expires_at", "id")
-        .values("id", "namespace", "name", "holder", "expires_at", "cluster__name")
+        .values("id", "namespace", "name", "holder", "expires_at", "cluster__name", "total")[
+            :PROBLEM_LIST_LIMIT
+        ]
     )
-    expired_total = expired_rows.count()
+    expired_total = expired_rows[0]["total"] if expired_rows else 0
     expired = [
         ProblemLease(
             url=lease_url(prefix, row["cluster__name"], row["namespace"], row["name"]),
@@ -477,7 +474,7 @@ def lease_problems(now: datetime) -> LeaseProblems:
             detail=expiry_text(LeaseState.EXPIRED, row["expires_at"], now),
             expires_js=iso_js(row["expires_at"]),
         )
-        for row in expired_rows[:PROBLEM_LIST_LIMIT]
+        for row in expired_rows
     ]
     policy = flap_policy()
     window = format_duration(policy.window.total_seconds())
