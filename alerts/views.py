@@ -48,7 +48,8 @@ def incident_list(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "filters": filters,
-            "tables": incident_tables(filters, timezone.now()),
+            # Lazy: the stale-data region's refresh must not read the incidents.
+            "tables": SimpleLazyObject(lambda: incident_tables(filters, timezone.now())),
             # Above the incidents: a stale cluster's incidents neither open nor resolve.
             "stale_sources": SimpleLazyObject(lambda: stale_sources(timezone.now())),
             "focus": _focus(request),

@@ -432,16 +432,20 @@ def group_availability(leases: Sequence[Lease], now: datetime) -> dict[str, Avai
     return result
 
 
-def recent_gaps(now: datetime, limit: int = 10) -> list[Gap]:
+def recent_gaps(now: datetime, limit: int = 10, leases: Sequence[Lease] | None = None) -> list[Gap]:
     """The most recent leaderless gaps of election leases (RECENT_GAPS_WINDOW), newest first:
-    ongoing ones first, then by when they ended. Gaps not wholly watched are left out."""
+    ongoing ones first, then by when they ended. Gaps not wholly watched are left out.
+
+    `leases`: only these (the overview passes a bounded set of candidates); every election
+    lease when not given."""
     start = now - WINDOWS[RECENT_GAPS_WINDOW]
-    leases = list(
-        Lease.objects.filter(lease_class__in=ELECTION_CLASSES)
-        .filter(Q(deleted_at__isnull=True) | Q(deleted_at__gt=start))
-        .select_related("cluster")
-        .defer("cluster__kubeconfig", "annotations")
-    )
+    if leases is None:
+        leases = list(
+            Lease.objects.filter(lease_class__in=ELECTION_CLASSES)
+            .filter(Q(deleted_at__isnull=True) | Q(deleted_at__gt=start))
+            .select_related("cluster")
+            .defer("cluster__kubeconfig", "annotations")
+        )
     gaps: list[Gap] = []
     for history in _histories(leases, start, now).values():
         low, high = _bounds(history, start, now)

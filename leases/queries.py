@@ -26,13 +26,11 @@ from urllib.parse import urlencode
 from django.db import connection
 from django.db.models import (
     BooleanField,
-    Count,
     Expression,
     F,
     IntegerChoices,
     IntegerField,
     OrderBy,
-    Q,
 )
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Collate
@@ -55,20 +53,17 @@ from leases.cursors import (
 from leases.flapping import flapping_ids_sql, flapping_lease_ids, recent_changes_sql
 from leases.freshness import is_current
 from leases.lease_states import (
-    expired_condition,
-    held_count,
     lease_as_of,
-    state_counts,
 )
 from leases.models import (
     EXPIRING_SOON,
     EXPIRING_SOON_PARTS,
     Lease,
-    LeaseClass,
     LeaseDeadline,
     LeaseQuerySet,
     LeaseState,
 )
+from leases.overview_queries import counts_by_cluster
 
 # A reused fencing token stays a problem this long after it was seen.
 FENCING_ANOMALY_WINDOW = timedelta(hours=24)
@@ -800,28 +795,9 @@ def _table_converters() -> tuple[tuple[int, Any, Any], ...]:
 
 
 def state_counts_by_cluster(now: datetime) -> dict[int, dict[str, int]]:
-    """Live leases per cluster by state, plus the two alarming subsets, in one query."""
-    as_of = lease_as_of(now)
-    expired = expired_condition(now, as_of)
-    rows = (
-        Lease.objects.live()
-        .values("cluster_id")
-        .annotate(
-            **state_counts(now, as_of),
-            expiring_soon=Count(
-                "id",
-                filter=~Q(holder="")
-                & Q(cluster_id__in=list(as_of))
-                & Q(expires_at__gt=now, expires_at__lte=now + EXPIRING_SOON),
-            ),
-            nodes_expired=Count("id", filter=expired & Q(lease_class=LeaseClass.NODE_HEARTBEAT)),
-        )
-        .order_by()
-    )
-    counts = {}
-    for row in rows:
-        counts[row["cluster_id"]] = {**row, "held": held_count(row)}
-    return counts
+    """Live leases per cluster by state, plus the two alarming subsets, in one query
+    (each lease judged once, by its joined cluster's as-of moment: leases.overview_queries)."""
+    return counts_by_cluster(now, EXPIRING_SOON)
 
 
 def namespaces() -> list[str]:

@@ -9,8 +9,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, QuerySet
+from django.db import connection
+from django.db.models import Case, F, QuerySet, Value, When
+from django.db.models.functions import Collate
 
+from leases.freshness import is_current
+from leases.lease_states import expired_condition, held_count, state_counts
 from leases.models import KubeCluster, Lease, LeaseClass
 from nks.models import (
     IN_FLIGHT_STATES,
@@ -128,13 +132,42 @@ def filtered_resizes(filters: dict[str, str]) -> QuerySet[ResizeRequest]:
 # --- Node heartbeat Leases -----------------------------------------------------------------
 
 
-def node_heartbeats(kube_cluster: KubeCluster) -> QuerySet[Lease, dict[str, Any]]:
-    """The node heartbeat Leases of a Lease source, by name."""
-    return (
-        Lease.objects.live()
-        .filter(cluster=kube_cluster, lease_class=LeaseClass.NODE_HEARTBEAT)
-        .order_by("name")
-        .values("namespace", "name", "holder", "expires_at", "renew_time")
+def _heartbeat_as_of(kube_cluster: KubeCluster, now: datetime) -> dict[int, datetime]:
+    # What its leases' states are judged by (leases.lease_states.lease_as_of, for one).
+    as_of = kube_cluster.leases_as_of if kube_cluster.enabled else None
+    return {kube_cluster.pk: as_of} if as_of is not None and is_current(as_of, now) else {}
+
+
+def node_heartbeats(kube_cluster: KubeCluster) -> QuerySet[Lease]:
+    """The node heartbeat Leases of a Lease source."""
+    return Lease.objects.live().filter(cluster=kube_cluster, lease_class=LeaseClass.NODE_HEARTBEAT)
+
+
+def node_heartbeat_counts(kube_cluster: KubeCluster, now: datetime) -> dict[str, int]:
+    """A Lease source's node heartbeat Leases by state at `now`, counted in one aggregate:
+    `total`, `held`, `expired`, `released`, `unknown`."""
+    row = node_heartbeats(kube_cluster).aggregate(
+        **state_counts(now, _heartbeat_as_of(kube_cluster, now))
+    )
+    return {**row, "held": held_count(row)}
+
+
+def node_heartbeat_page(
+    kube_cluster: KubeCluster, now: datetime, limit: int
+) -> list[dict[str, Any]]:
+    """The first `limit` node heartbeat Leases: the expired ones first (what the page is
+    looked at for), then in natural name order (worker-2 before worker-10)."""
+    expired = expired_condition(now, _heartbeat_as_of(kube_cluster, now))
+    # name_key compares as bytes: PostgreSQL's default collation would ignore its padding
+    # (SQLite compares bytes already).
+    name_key: Any = F("name_key")
+    if connection.vendor == "postgresql":
+        name_key = Collate(name_key, "C")
+    return list(
+        node_heartbeats(kube_cluster)
+        .annotate(rank=Case(When(expired, then=Value(0)), default=Value(1)))
+        .order_by("rank", name_key, "name")
+        .values("namespace", "name", "holder", "expires_at", "renew_time")[:limit]
     )
 
 

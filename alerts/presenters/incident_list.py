@@ -10,13 +10,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Case, F, Value
+from django.db.models import When as CaseWhen
+from django.db.models.functions import Coalesce
 
 from alerts.models import (
+    SEVERITY_RANK,
     EvaluatorStatus,
     Incident,
     IncidentState,
     Silence,
-    severity_rank,
 )
 from alerts.presenters.incident_links import ObjectLink, incident_links
 from alerts.queries import IncidentFilters, active_silences, filter_incidents
@@ -24,6 +27,18 @@ from alerts.rules import RULE_SPECS
 from dashboard.timefmt import When, format_duration, iso_js, when
 
 RESOLVED_LIMIT = 50
+# Open incidents shown at once; the count says how many more the filters would narrow down.
+OPEN_LIMIT = 100
+# Critical first, then the unacknowledged, then the newest (opened, or its condition began).
+OPEN_ORDER = (
+    Case(
+        *(CaseWhen(severity=level, then=Value(rank)) for level, rank in SEVERITY_RANK.items()),
+        default=Value(0),
+    ).desc(),
+    Case(CaseWhen(acknowledged_at__isnull=True, then=Value(0)), default=Value(1)).asc(),
+    Coalesce("opened_at", "since").desc(),
+    F("id").desc(),
+)
 RESOLVED_FILTERED_LIMIT = 200
 COMPACT_NODES = 3  # node links in a list row; the incident page has them all
 
@@ -89,6 +104,7 @@ class EvaluatorInfo:
 @dataclass(slots=True)
 class IncidentTables:
     open: list[IncidentRow]
+    open_total: int
     resolved: list[IncidentRow]
     resolved_limit: int
     evaluator: EvaluatorInfo
@@ -153,9 +169,13 @@ def incident_tables(filters: IncidentFilters, now: datetime) -> IncidentTables:
     incidents = filter_incidents(filters).select_related("acknowledged_by")
     show_open = filters.state in ("", "open")
     show_resolved = filters.state in ("", "resolved")
-    open_incidents = list(incidents.filter(state=IncidentState.FIRING)) if show_open else []
-    open_incidents.sort(key=lambda i: i.opened_at or i.since, reverse=True)
-    open_incidents.sort(key=lambda i: (-severity_rank(i.severity), i.acknowledged_at is not None))
+    open_incidents: list[Incident] = []
+    open_total = 0
+    if show_open:
+        firing = incidents.filter(state=IncidentState.FIRING)
+        # Sorted in SQL so only a page is read: a storm of incidents costs one page.
+        open_incidents = list(firing.order_by(*OPEN_ORDER)[:OPEN_LIMIT])
+        open_total = firing.count() if len(open_incidents) == OPEN_LIMIT else len(open_incidents)
     limit = RESOLVED_FILTERED_LIMIT if filters.state == "resolved" else RESOLVED_LIMIT
     resolved = (
         list(incidents.filter(state=IncidentState.RESOLVED).order_by("-resolved_at", "-id")[:limit])
@@ -167,6 +187,7 @@ def incident_tables(filters: IncidentFilters, now: datetime) -> IncidentTables:
     links = incident_links([*open_incidents, *resolved])
     return IncidentTables(
         open=[incident_row(i, now, silences.get(i.key), links[i.pk]) for i in open_incidents],
+        open_total=open_total,
         resolved=[incident_row(i, now, silences.get(i.key), links[i.pk]) for i in resolved],
         resolved_limit=limit,
         evaluator=evaluator_info(now),

@@ -9,22 +9,32 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django.db.models import Count, Window
 from django.utils.translation import ngettext
 
 from dashboard.flapping import flap_policy
 from dashboard.links import lease_url
 from dashboard.timefmt import When, format_duration, iso_js, when
-from leases.availability import ELECTION_CLASSES, availability_for_leases, recent_gaps
+from leases.availability import (
+    RECENT_GAPS_WINDOW,
+    WINDOWS,
+    availability_for_leases,
+    recent_gaps,
+)
 from leases.flapping import most_flapping
 from leases.groups import GroupStatus, leader_groups
 from leases.leader_k8s import is_token
-from leases.lease_states import expired_condition
 from leases.models import (
     Lease,
     LeaseClass,
     LeaseState,
     LeaseTransition,
     lease_state,
+)
+from leases.overview_queries import (
+    election_candidates,
+    expired_now,
+    soon_and_expired_nodes,
 )
 from leases.presenters.display import (
     HOLDER_DISPLAY_CHARS,
@@ -126,10 +136,20 @@ class ElectionsOverview:
     understaffed_total: int
     lowest: list[AvailabilityLink]
     gaps: list[GapRow]
+    # Election leases whose history was read (a bounded page), of those that changed or
+    # were leaderless in the last RECENT_GAPS_WINDOW: the rest are one link away.
+    judged: int = 0
+    judged_total: int = 0
+    elections_url: str = ""
+
+    @property
+    def more(self) -> int:
+        return self.judged_total - self.judged
 
 
 def elections_overview(now: datetime, cluster_names: Mapping[int, str]) -> ElectionsOverview:
-    """A fixed number of queries, however many groups, leases and gaps there are."""
+    """A fixed number of queries, however many groups, leases and gaps there are; the
+    history is read only for a bounded page of election leases (`election_candidates`)."""
     groups = leader_groups(now, enabled_only=True)
     short = [group for group in groups if group.status != GroupStatus.STAFFED]
     # Unstaffed (no leader at all) before degraded.
@@ -147,11 +167,12 @@ def elections_overview(now: datetime, cluster_names: Mapping[int, str]) -> Elect
         for group in short[:ELECTIONS_LIMIT]
     ]
     prefix = leases_prefix()
-    leases = list(
-        Lease.objects.live()
-        .filter(lease_class__in=ELECTION_CLASSES, cluster_id__in=list(cluster_names))
-        .only("id", "cluster_id", "namespace", "name", "created_at", "deleted_at", "expires_at")
+    # The gaps look back RECENT_GAPS_WINDOW (longer than the 24 h of the ratios): leases
+    # that changed in it are a superset of those that changed in the last 24 h.
+    candidates, candidates_total = election_candidates(
+        now, now - WINDOWS[RECENT_GAPS_WINDOW], cluster_names
     )
+    leases = [lease for lease in candidates if lease.deleted_at is None]
     figures = availability_for_leases(leases, now, "24h")
     # Leases with a leaderless stretch only: a full 100 % is no news.
     scored: list[tuple[float, Lease]] = []
@@ -178,10 +199,10 @@ def elections_overview(now: datetime, cluster_names: Mapping[int, str]) -> Elect
             )
         )
     gaps = []
-    for gap in recent_gaps(now, limit=ELECTIONS_LIMIT):
+    for gap in recent_gaps(now, limit=ELECTIONS_LIMIT, leases=candidates):
         started = when(gap.started_at, now)
         assert started is not None
-        cluster = gap.lease.cluster.name
+        cluster = cluster_names[gap.lease.cluster_id]
         gaps.append(
             GapRow(
                 url=lease_url(prefix, cluster, gap.lease.namespace, gap.lease.name),
@@ -199,6 +220,9 @@ def elections_overview(now: datetime, cluster_names: Mapping[int, str]) -> Elect
         understaffed_total=len(short),
         lowest=lowest,
         gaps=gaps,
+        judged=len(candidates),
+        judged_total=candidates_total,
+        elections_url=f"{prefix}?{urlencode({'class': LeaseClass.LEADER_ELECTION})}",
     )
 
 
@@ -312,7 +336,8 @@ def _overview_links(prefix: str, cluster: str) -> dict[str, str]:
 
 
 def leases_overview(now: datetime) -> LeasesOverview:
-    """Per cluster: counts by state and what needs a look now. A few queries per cluster."""
+    """Per cluster: counts by state and what needs a look now. One grouped count, a page of
+    each list for every cluster at once, and the last holder changes per cluster."""
     statuses = cluster_statuses(now)
     counts = state_counts_by_cluster(now)
     prefix = leases_prefix()
@@ -325,30 +350,25 @@ def leases_overview(now: datetime) -> LeasesOverview:
         flapping_by_cluster[row["cluster_id"]].append(row)
 
     window = format_duration(policy.window.total_seconds())
+    # Two lists for every cluster in one query (a page of each cluster's rows), and only
+    # for the clusters whose counts say they have any.
+    soon_by_cluster, nodes_by_cluster = soon_and_expired_nodes(
+        now,
+        EXPIRING_SOON,
+        [cluster_id for cluster_id, count in counts.items() if count.get("expiring_soon")],
+        [cluster_id for cluster_id, count in counts.items() if count.get("nodes_expired")],
+        OVERVIEW_LIST_LIMIT,
+        link_fields,
+    )
     overviews = []
     for status in statuses:
         count = counts.get(status.id, {})
-        expiring: list[LeaseLink] = []
-        if count.get("expiring_soon"):
-            soon = (
-                Lease.objects.live()
-                .filter(cluster_id=status.id, expires_at__gt=now)
-                .filter(expires_at__lte=now + EXPIRING_SOON)
-                .exclude(holder="")
-                .order_by("expires_at")
-                .values(*link_fields)[:OVERVIEW_LIST_LIMIT]
-            )
-            expiring = _lease_links(soon, prefix, status.name, now=now, as_of=status.as_of)
-        nodes: list[LeaseLink] = []
-        if count.get("nodes_expired"):
-            expired_nodes = (
-                Lease.objects.live()
-                .filter(expired_condition(now), cluster_id=status.id)
-                .filter(lease_class=LeaseClass.NODE_HEARTBEAT)
-                .order_by("-expires_at")
-                .values(*link_fields)[:OVERVIEW_LIST_LIMIT]
-            )
-            nodes = _lease_links(expired_nodes, prefix, status.name, now=now, as_of=status.as_of)
+        expiring = _lease_links(
+            soon_by_cluster.get(status.id, []), prefix, status.name, now=now, as_of=status.as_of
+        )
+        nodes = _lease_links(
+            nodes_by_cluster.get(status.id, []), prefix, status.name, now=now, as_of=status.as_of
+        )
         flapping_rows = sorted(
             flapping_by_cluster.get(status.id, []), key=lambda row: -flap_rows[row["id"]]
         )
@@ -432,14 +452,18 @@ def lease_problems(now: datetime) -> LeaseProblems:
     """A fixed number of queries: the watchers, one count, one list each, whatever the size."""
     prefix = leases_prefix()
     statuses = cluster_statuses(now)
-    expired_rows = (
+    # The total rides along with the page (a window count): one read of the leases, not two.
+    expired_rows = list(
         Lease.objects.live()
-        .filter(expired_condition(now))
+        .filter(expired_now(now))
+        .annotate(total=Window(Count("id")))
         # Newest expiry first: what just broke is what someone is being paged about.
         .order_by("-expires_at", "id")
-        .values("id", "namespace", "name", "holder", "expires_at", "cluster__name")
+        .values("id", "namespace", "name", "holder", "expires_at", "cluster__name", "total")[
+            :PROBLEM_LIST_LIMIT
+        ]
     )
-    expired_total = expired_rows.count()
+    expired_total = expired_rows[0]["total"] if expired_rows else 0
     expired = [
         ProblemLease(
             url=lease_url(prefix, row["cluster__name"], row["namespace"], row["name"]),
@@ -450,7 +474,7 @@ def lease_problems(now: datetime) -> LeaseProblems:
             detail=expiry_text(LeaseState.EXPIRED, row["expires_at"], now),
             expires_js=iso_js(row["expires_at"]),
         )
-        for row in expired_rows[:PROBLEM_LIST_LIMIT]
+        for row in expired_rows
     ]
     policy = flap_policy()
     window = format_duration(policy.window.total_seconds())

@@ -16,13 +16,12 @@ from django.urls import reverse
 from django.utils.translation import gettext
 
 from dashboard.links import lease_url
-from dashboard.natural import natural_key
 from dashboard.timefmt import When, format_duration, when
 from leases.models import KubeCluster, LeaseClass, LeaseState, lease_state
 from nks.enums import EventState, Freshness, OperationPhase
 from nks.models import Health, NksCluster, NksEvent, NksNodegroup
 from nks.presenters.common import ReadyBar, ready_bar
-from nks.queries import node_heartbeats
+from nks.queries import node_heartbeat_counts, node_heartbeat_page
 
 
 def nodegroup_health(
@@ -161,15 +160,24 @@ class NodeLeaseRow:
 
 @dataclass(slots=True)
 class LeasesPanel:
-    """Node heartbeat Leases of the Kubernetes cluster behind an NKS cluster."""
+    """Node heartbeat Leases of the Kubernetes cluster behind an NKS cluster: counted in
+    SQL, and a bounded page of rows (expired first); the rest are in the Leases table."""
 
     kube_cluster: KubeCluster
     watcher_stale: bool
     rows: list[NodeLeaseRow]
     held: int
     expired: int
+    total: int
     list_url: str
-    expired_names: set[str]
+
+    @property
+    def more(self) -> int:
+        return self.total - len(self.rows)
+
+
+# A cluster page shows this many heartbeat Leases; a 5,000-node cluster's are one link away.
+NODE_LEASES_SHOWN = 50
 
 
 def node_leases(
@@ -178,38 +186,25 @@ def node_leases(
     if kube_cluster is None:
         return None
     prefix = reverse("leases:index")
-    rows = []
-    held = expired = 0
-    expired_names: set[str] = set()
-    for lease in node_heartbeats(kube_cluster):
-        state = lease_state(
-            lease["holder"],
-            lease["expires_at"],
-            now,
-            kube_cluster.leases_as_of if kube_cluster.enabled else None,
+    as_of = kube_cluster.leases_as_of if kube_cluster.enabled else None
+    counts = node_heartbeat_counts(kube_cluster, now)
+    rows = [
+        NodeLeaseRow(
+            name=lease["name"],
+            url=lease_url(prefix, kube_cluster.name, lease["namespace"], lease["name"]),
+            state=lease_state(lease["holder"], lease["expires_at"], now, as_of),
+            renewed=when(lease["renew_time"], now),
+            nks_ready=readiness_of((readiness or {}).get(lease["name"])),
         )
-        if state == LeaseState.EXPIRED:
-            expired += 1
-            expired_names.add(lease["name"])
-        elif state == LeaseState.HELD:
-            held += 1
-        rows.append(
-            NodeLeaseRow(
-                name=lease["name"],
-                url=lease_url(prefix, kube_cluster.name, lease["namespace"], lease["name"]),
-                state=state,
-                renewed=when(lease["renew_time"], now),
-                nks_ready=readiness_of((readiness or {}).get(lease["name"])),
-            )
-        )
+        for lease in node_heartbeat_page(kube_cluster, now, NODE_LEASES_SHOWN)
+    ]
     return LeasesPanel(
         kube_cluster=kube_cluster,
         watcher_stale=kube_cluster.is_stale(now),
-        # Node names in natural order: worker-2 before worker-10.
-        rows=sorted(rows, key=lambda row: natural_key(row.name)),
-        held=held,
-        expired=expired,
+        rows=rows,
+        held=counts["held"],
+        expired=counts["expired"],
+        total=counts["total"],
         list_url=f"{prefix}?"
         + urlencode({"cluster": kube_cluster.name, "class": LeaseClass.NODE_HEARTBEAT.value}),
-        expired_names=expired_names,
     )
