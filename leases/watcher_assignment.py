@@ -37,10 +37,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection
+from django.db.models import BooleanField, Case, When
 from django.db.models.functions import Now
 
 from dashboard.locks import ExpiringLock
@@ -208,6 +209,9 @@ class WorkerKeeper:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        # Claims whose task will not run now: their clusters are free for the others.
+        for lock in self.local.expired_claims(math.inf):
+            lock.release()
         try:
             forget_worker(self.name)
         except DatabaseError:
@@ -362,3 +366,73 @@ def start_keeping() -> None:
 def leave_fleet() -> None:
     if KEEPER is not None:
         KEEPER.end()
+
+
+@dataclass(frozen=True, slots=True)
+class FleetWorker:
+    """A watch worker as the pages and /metrics show it."""
+
+    name: str
+    live: bool
+    # Clusters whose lock this worker holds now (ids), from the lock's store.
+    clusters: tuple[int, ...]
+    capacity: int
+    concurrency: int
+    heartbeat_at: datetime
+    started_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """Who watches what: every worker heard of within the hour (live ones first) and the
+    worker holding each enabled cluster's lock now."""
+
+    workers: tuple[FleetWorker, ...]
+    # Cluster id -> the worker part of its lock owner; clusters nobody watches are absent.
+    watcher_of: dict[int, str]
+    enabled: tuple[int, ...]
+
+    @property
+    def live(self) -> tuple[FleetWorker, ...]:
+        return tuple(worker for worker in self.workers if worker.live)
+
+    @property
+    def share(self) -> int:
+        return capacity(len(self.enabled), len(self.live)) if self.live else 0
+
+    @property
+    def unwatched(self) -> tuple[int, ...]:
+        return tuple(cid for cid in self.enabled if cid not in self.watcher_of)
+
+
+def fleet() -> Fleet:
+    """Two queries and one round trip to the lock's store, whatever the number of clusters'
+    leases: read at scrape time and by the watchers page."""
+    enabled = tuple(KubeCluster.objects.filter(enabled=True).values_list("id", flat=True))
+    watcher_of = {cid: owner_worker(owner) for cid, owner in watcher_lock_owners(enabled).items()}
+    rows = WatchWorker.objects.filter(heartbeat_at__gte=Now() - FORGET_WORKER_AFTER).annotate(
+        live=Case(
+            When(heartbeat_at__gte=Now() - timedelta(seconds=WORKER_TTL_SECONDS), then=True),
+            default=False,
+            output_field=BooleanField(),
+        )
+    )
+    held: dict[str, list[int]] = {}
+    for cid, worker in sorted(watcher_of.items()):
+        held.setdefault(worker, []).append(cid)
+    workers = sorted(
+        (
+            FleetWorker(
+                name=row.name,
+                live=bool(row.live),
+                clusters=tuple(held.get(row.name, ())),
+                capacity=row.capacity,
+                concurrency=row.concurrency,
+                heartbeat_at=row.heartbeat_at,
+                started_at=row.started_at,
+            )
+            for row in rows
+        ),
+        key=lambda worker: (not worker.live, worker.name),
+    )
+    return Fleet(workers=tuple(workers), watcher_of=watcher_of, enabled=enabled)
