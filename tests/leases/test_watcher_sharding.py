@@ -243,7 +243,10 @@ def test_clusters_spread_over_workers_a_joiner_takes_its_share_and_a_killed_ones
     try:
         fleet.start("w1")
         fleet.start("w2")
-        timings["two workers watch every cluster"] = eventually(
+        timings["two workers started (heartbeat rows)"] = eventually(
+            lambda: WatchWorker.objects.count() == 2, 45, "the workers did not start"
+        )
+        timings["then every cluster watched within the share"] = eventually(
             lambda: all_watched_by(fleet.pids(), clusters) and spread_within_share(fleet.pids()),
             45,
             "two workers did not spread the clusters",
