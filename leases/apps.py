@@ -6,6 +6,7 @@ class LeasesConfig(AppConfig):
     verbose_name = "Kubernetes Leases"
 
     def ready(self) -> None:
-        from leases import metrics
+        from leases import metrics, watcher_metrics
 
         metrics.register()
+        watcher_metrics.register()

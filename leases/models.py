@@ -594,3 +594,27 @@ class NodeReadyChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.from_status or '-'} -> {self.to_status or '-'}"
+
+
+class WatchWorker(models.Model):
+    """A `watch` worker process as it last reported itself: the clusters are spread over the
+    workers whose heartbeat is recent (leases/watcher_assignment.py)."""
+
+    # "<host>:<pid>": the start of every lock owner (and `KubeCluster.watcher_id`) of its
+    # watchers, so a cluster's watcher names its worker.
+    name = models.CharField(max_length=200, unique=True)
+    # The queue only this worker consumes: its own claims are sent there.
+    queue = models.CharField(max_length=255)
+    concurrency = models.PositiveIntegerField(default=0)
+    # Watchers it runs or has claimed, at its last heartbeat.
+    clusters = models.PositiveIntegerField(default=0)
+    capacity = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField()
+    # Written with the database's clock, and compared with it: workers' clocks may differ.
+    heartbeat_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import uuid
 
@@ -12,8 +10,8 @@ from django.core.cache import caches
 from django.db import transaction
 from django.utils.translation import gettext
 
-from leases import kube
-from leases.locks import LOCK_TTL_SECONDS, watcher_lock
+from leases import kube, watcher_assignment
+from leases.locks import LOCK_TTL_SECONDS, watcher_lock, watcher_lock_owners
 from leases.models import KubeCluster
 from leases.watcher import LeaseWatcher
 
@@ -25,8 +23,9 @@ class ClusterConfigError(ValueError):
 
 
 def watcher_identity() -> str:
-    """Who holds a watcher lock: host, process and a random part, for the status page."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """Who holds a watcher lock: host, process (the watch worker's name) and a random part,
+    for the status page."""
+    return f"{watcher_assignment.worker_name()}:{uuid.uuid4().hex[:8]}"
 
 
 @transaction.atomic
@@ -78,29 +77,41 @@ def run_watcher(
     stop: threading.Event | None = None,
     seconds: float | None = None,
 ) -> bool:
-    """Watch one cluster while holding its lock; False if another watcher holds it."""
+    """Watch one cluster while holding its lock; False if another watcher holds it (or this
+    watch worker is at its share: another takes the cluster).
+
+    A cluster this worker's keeper claimed comes with its lock already taken
+    (leases/watcher_assignment.py); any other request takes the lock here."""
+    lock = watcher_assignment.LOCAL.take_claim(cluster_id)
     if not KubeCluster.objects.filter(pk=cluster_id, enabled=True).exists():
         logger.info("cluster %s is gone or disabled; not watching it", cluster_id)
+        if lock is not None:
+            lock.release()
         return False
-    owner = owner or watcher_identity()
-    lock = watcher_lock(cluster_id, owner)
-    if not lock.acquire():
-        logger.info("cluster %s is already watched by %s", cluster_id, lock.current_owner())
-        return False
+    if lock is None:
+        if not watcher_assignment.may_take_unclaimed():
+            logger.info("cluster %s: this watch worker holds its share; not taking it", cluster_id)
+            return False
+        lock = watcher_lock(cluster_id, owner or watcher_identity())
+        if not lock.acquire():
+            logger.info("cluster %s is already watched by %s", cluster_id, lock.current_owner())
+            return False
+    stop = stop or threading.Event()
+    # Registered so the keeper can hand this watcher alone off to another worker.
+    watcher_assignment.LOCAL.started(cluster_id, stop)
     try:
-        LeaseWatcher(cluster_id, owner=owner, lock=lock, stop=stop).run(seconds=seconds)
+        LeaseWatcher(cluster_id, owner=lock.owner, lock=lock, stop=stop).run(seconds=seconds)
     finally:
+        watcher_assignment.LOCAL.finished(cluster_id, stop)
         lock.release()
     return True
 
 
 def clusters_without_watcher() -> list[int]:
     """Enabled clusters whose lock nobody holds: their watcher died or never started."""
-    missing = []
-    for cluster_id in KubeCluster.objects.filter(enabled=True).values_list("id", flat=True):
-        if watcher_lock(cluster_id, owner="").current_owner() is None:
-            missing.append(cluster_id)
-    return missing
+    ids = list(KubeCluster.objects.filter(enabled=True).values_list("id", flat=True))
+    owners = watcher_lock_owners(ids)
+    return [cluster_id for cluster_id in ids if cluster_id not in owners]
 
 
 def claim_dispatch(cluster_id: int) -> bool:
@@ -108,3 +119,29 @@ def claim_dispatch(cluster_id: int) -> bool:
     return caches["locks"].add(
         f"lease-watcher-dispatch:{cluster_id}", "1", timeout=LOCK_TTL_SECONDS
     )
+
+
+def route_unwatched(clusters: list[int]) -> list[tuple[int, str | None]]:
+    """Where to send the start of each unwatched cluster: the queue of the live watch worker
+    with the most room, None (the shared `watch` queue) while no worker has reported itself.
+
+    The workers' keepers claim free clusters themselves within a tick; this is beat's
+    backstop (a keeper behind on its ticks, a worker without one), and never sends a worker
+    beyond its share. A cluster no live worker has room for is left for the keepers."""
+    workers = watcher_assignment.live_workers()
+    if not workers:
+        return [(cluster_id, None) for cluster_id in clusters]
+    total = KubeCluster.objects.filter(enabled=True).count()
+    room = {
+        worker.queue: watcher_assignment.capacity(total, len(workers), worker.concurrency)
+        - worker.clusters
+        for worker in workers
+    }
+    routes: list[tuple[int, str | None]] = []
+    for cluster_id in clusters:
+        queue = max(room, key=lambda name: (room[name], name))
+        if room[queue] <= 0:
+            break
+        room[queue] -= 1
+        routes.append((cluster_id, queue))
+    return routes

@@ -210,6 +210,7 @@ class LeaseWatcher:
             node_reader.join(timeout=30)
             housekeeping.join(timeout=30)
             prober.join(timeout=30)
+            self._close_api()
             self._flush_and_report()
             self.lease_status.stopped()
             self.node_status.stopped()
@@ -244,6 +245,23 @@ class LeaseWatcher:
             if self._api is None:
                 self._api = self._new_api()
             return self._api
+
+    def _close_api(self) -> None:
+        """Close the API client's pooled connections once its readers are done. A watcher
+        may stop in a worker that goes on (handed off to another worker, its lock lost):
+        its streams' sockets must not stay open until the collector finds them, each one a
+        watch the API server still serves."""
+        with self._api_lock:
+            api, self._api = self._api, None
+        close = getattr(api, "close", None)
+        if close is None:
+            return
+        try:
+            close()
+        except Exception:
+            logger.debug(
+                "cluster %s: closing the API client failed", self.cluster_id, exc_info=True
+            )
 
     def _forget_connection(self) -> None:
         with self._api_lock:

@@ -18,6 +18,7 @@ from dashboard.natural import natural_key
 from dashboard.timefmt import When, format_duration, when
 from leases.kube import MAX_LEASE_BYTES, MAX_NODE_BYTES
 from leases.models import KubeCluster, Node, ResourceWatchState
+from leases.watcher_assignment import fleet
 
 NODES_FORBIDDEN = _(
     "forbidden: the dashboard's ServiceAccount may not list nodes; grant get/list/watch on nodes"
@@ -139,6 +140,9 @@ class ClusterStatus:
     nodes: NodeWatchStatus
     # Objects over their size cap, left out (leases/kube/bounded.py).
     cut: list[CutObjects]
+    # The watch worker holding the cluster's lock now ("host:pid"), "" when none does. Only
+    # the watchers page reads the lock's store for it (`watch_fleet`); elsewhere it is "".
+    worker: str = ""
 
 
 def _cluster_problem(cluster: KubeCluster, stale: bool, now: datetime) -> str:
@@ -330,3 +334,57 @@ def cluster_statuses(now: datetime) -> list[ClusterStatus]:
         cursor.execute(watched_clusters_sql())
         rows = cursor.fetchall()
     return [cluster_status(cluster, now) for cluster in clusters_from_rows(rows)]
+
+
+@dataclass(slots=True)
+class FleetWorkerStatus:
+    """A watch worker on the watchers page: live, or gone within the hour."""
+
+    name: str
+    live: bool
+    # The clusters whose lock it holds now, by name (natural order).
+    clusters: list[str]
+    capacity: int
+    concurrency: int
+    heartbeat: When | None
+    started: When | None
+
+
+@dataclass(slots=True)
+class WatchFleet:
+    workers: list[FleetWorkerStatus]
+    live_count: int
+    share: int
+    # Enabled clusters whose lock nobody holds, by name.
+    unwatched: list[str]
+
+
+def watch_fleet(statuses: list[ClusterStatus], now: datetime) -> WatchFleet:
+    """Which worker watches which cluster (set on each status as `worker`), and the live
+    workers with what each holds: the heartbeat rows and one read of the lock's store."""
+    current = fleet()
+    names = {status.id: status.name for status in statuses}
+    for status in statuses:
+        status.worker = current.watcher_of.get(status.id, "")
+    workers = [
+        FleetWorkerStatus(
+            name=worker.name,
+            live=worker.live,
+            clusters=sorted(
+                (names[cid] for cid in worker.clusters if cid in names), key=natural_key
+            ),
+            capacity=worker.capacity,
+            concurrency=worker.concurrency,
+            heartbeat=when(worker.heartbeat_at, now),
+            started=when(worker.started_at, now),
+        )
+        for worker in current.workers
+    ]
+    return WatchFleet(
+        workers=workers,
+        live_count=len(current.live),
+        share=current.share,
+        unwatched=sorted(
+            (names[cid] for cid in current.unwatched if cid in names), key=natural_key
+        ),
+    )
