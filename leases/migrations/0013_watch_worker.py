@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('leases', '0010_candidates_cut'),
+        ('leases', '0012_problems_first_indexes'),
     ]
 
     operations = [
