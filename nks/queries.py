@@ -13,6 +13,7 @@ from django.db import connection
 from django.db.models import Case, F, QuerySet, Value, When
 from django.db.models.functions import Collate
 
+from dashboard.natural import natural_key
 from leases.freshness import is_current
 from leases.lease_states import expired_condition, held_count, state_counts
 from leases.models import KubeCluster, Lease, LeaseClass
@@ -163,12 +164,18 @@ def node_heartbeat_page(
     name_key: Any = F("name_key")
     if connection.vendor == "postgresql":
         name_key = Collate(name_key, "C")
-    return list(
+    rows = list(
         node_heartbeats(kube_cluster)
         .annotate(rank=Case(When(expired, then=Value(0)), default=Value(1)))
         .order_by("rank", name_key, "name")
-        .values("namespace", "name", "holder", "expires_at", "renew_time")[:limit]
+        .values("rank", "namespace", "name", "holder", "expires_at", "renew_time")[:limit]
     )
+    # The ingest writes name_key; a lease written another way (admin, a script) has none, so
+    # the page is put in natural order again here, within the rows the database chose.
+    rows.sort(key=lambda row: (row["rank"], natural_key(row["name"]), row["name"]))
+    for row in rows:
+        del row["rank"]
+    return rows
 
 
 def nks_cluster_watched_as(kube_cluster: KubeCluster) -> tuple[NksCluster, set[str]] | None:
