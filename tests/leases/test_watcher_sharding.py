@@ -227,6 +227,11 @@ def transitions_seen(count: int) -> bool:
     return LeaseTransition.objects.count() == count * CLUSTERS
 
 
+@pytest.mark.skipif(
+    not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+    reason="three workers on SQLite's single writer outlast the test's deadlines under a full"
+    " parallel run; CI runs it on PostgreSQL + Redis",
+)
 def test_clusters_spread_over_workers_a_joiner_takes_its_share_and_a_killed_ones_are_taken_over(
     fleet_env: dict[str, str], tmp_path: Path, settings: Any
 ) -> None:
