@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import sys
 import time
 from dataclasses import dataclass
