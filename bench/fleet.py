@@ -41,7 +41,6 @@ import contextlib
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,7 +48,6 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -57,10 +55,30 @@ from urllib.parse import urlsplit
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.benchdb import create_bench_database, drop_bench_database  # noqa: E402
+from bench.benchdb import (  # noqa: E402
+    create_bench_database,
+    drop_bench_database,
+)
+from bench.serving import (  # noqa: E402
+    PYTHON,
+    Client,
+    backends_cpu,
+    cpu_seconds,
+    cpu_spent,
+    free_connections,
+    free_port,
+    log_line,
+    percentile,
+    process_tree,
+    start,
+    start_gunicorn,
+    status_bytes,
+    stop,
+    tree_cpu_seconds,
+    tree_peak_rss,
+    wait_until_serving,
+)
 
-PYTHON = str(REPO / ".venv" / "bin" / "python")
-GUNICORN = str(REPO / ".venv" / "bin" / "gunicorn")
 FAKE_TOKEN = "fleet-bench-apiserver-token"
 METRICS_TOKEN = "fleet-bench-metrics-token"
 BENCH_USER = "fleet-bench"
@@ -81,7 +99,6 @@ TARGET_WATCHER_BYTES_PER_OBJECT = 2_048
 WATCHER_CONNECTIONS_PER_CLUSTER = 3
 # A fifth of the leases have their Node (20,000 Nodes at 100,000 leases, 400 at 2,000).
 NODES_PER_LEASE = 0.2
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # --- figures --------------------------------------------------------------------------------
@@ -152,154 +169,16 @@ class InstanceFigures:
     requests: list[RequestFigures] = field(default_factory=list)
 
 
-def percentile(values: Sequence[float], pct: float) -> float:
-    """Nearest-rank percentile (of 5 samples, p95 is the slowest)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * pct // 100))
-    return ordered[int(rank) - 1]
-
-
 def size_label(size: int) -> str:
     if size % 1000 == 0:
         return f"{size // 1000}k"
     return str(size)
 
 
-# --- processes and /proc --------------------------------------------------------------------
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        # After the ")" that ends the command name: state, ppid, ..., utime (11), stime (12).
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """CPU time so far of a single-threaded process (a gunicorn sync worker, a PostgreSQL
-    backend): the scheduler's nanoseconds on a CPU, summed over its threads, where the kernel
-    keeps them (/proc/<pid>/task/*/schedstat), else utime + stime in clock ticks (10 ms)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        return (
-            sum(
-                int((task / "schedstat").read_text().split()[0])
-                for task in Path(f"/proc/{pid}/task").iterdir()
-            )
-            / 1e9
-        )
-    return lifetime_cpu_seconds(pid)
-
-
-def lifetime_cpu_seconds(pid: int) -> float | None:
-    """utime + stime: every thread's, also of the threads that ended (a watcher's)."""
-    fields = _stat_fields(pid)
-    if fields is None:
-        return None
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def process_tree(root: int) -> list[int]:
-    """`root` and every process below it (a watcher may fork workers; gunicorn does)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))) is not None:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def status_bytes(pid: int, key: str) -> int:
-    """A /proc/<pid>/status memory line (VmHWM: peak RSS; VmRSS: now), in bytes."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(f"{key}:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def tree_peak_rss(root: int) -> int:
-    return sum(status_bytes(pid, "VmHWM") for pid in process_tree(root))
-
-
-def tree_cpu_seconds(root: int) -> float:
-    return sum(cpu or 0.0 for cpu in map(lifetime_cpu_seconds, process_tree(root)))
-
-
-def start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    handle = log.open("ab")
-    return subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
-    )
-
-
-def stop(process: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
-    if process is None or process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
-def log_line(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# --- PostgreSQL, seen from outside ----------------------------------------------------------
-
-
-def backend_pids(admin_url: str, database: str, application: str) -> list[int]:
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        rows = connection.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
-            [database, application],
-        ).fetchall()
-    return [pid for (pid,) in rows]
-
-
-def backends_cpu(admin_url: str, database: str, application: str) -> dict[int, float]:
-    """CPU seconds so far of each backend serving `application` (PostgreSQL on this host)."""
-    found = {pid: cpu_seconds(pid) for pid in backend_pids(admin_url, database, application)}
-    return {pid: cpu for pid, cpu in found.items() if cpu is not None}
-
-
-def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
-    """CPU between two readings; a backend that came meanwhile counts from zero."""
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
-
-
 def stored_counts(connection: Any) -> tuple[int, int]:
     row = connection.execute(
         "SELECT (SELECT count(*) FROM leases_lease), (SELECT count(*) FROM leases_node)"
     ).fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
-
-
-def free_connections(admin_url: str) -> tuple[int, int]:
-    """(max_connections, how many are free now): the watcher holds some per cluster."""
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        row = connection.execute(
-            "SELECT current_setting('max_connections')::int, "
-            "current_setting('max_connections')::int - count(*) FROM pg_stat_activity"
-        ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
 
@@ -330,25 +209,19 @@ def run_django_phase(env: dict[str, str], phase: str, payload: dict[str, Any], l
 
 def phase_register(payload: dict[str, Any]) -> dict[str, Any]:
     """Migrate, a signed-in superuser (session and API token), the fleet's clusters."""
-    from importlib import import_module
     from io import StringIO
 
     import yaml
-    from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.auth.models import User
     from django.core.management import call_command
 
+    from bench.fleet_data import migrate
+    from bench.serving import signed_in_session
     from fakes.kube import kubeconfig_document
 
-    call_command("migrate", verbosity=0)
-    call_command("createcachetable", verbosity=0)
+    migrate()
     user = User.objects.create_superuser(BENCH_USER, email="fleet@example.invalid")
-    store = import_module(settings.SESSION_ENGINE).SessionStore()
-    store[SESSION_KEY] = str(user.pk)
-    store[BACKEND_SESSION_KEY] = "dashboard.oidc.PasswordBackend"
-    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    store.create()
+    session = signed_in_session(user)
     token = StringIO()
     call_command(
         "create_api_token", BENCH_USER, name="fleet bench", stdout=token, stderr=StringIO()
@@ -360,7 +233,7 @@ def phase_register(payload: dict[str, Any]) -> dict[str, Any]:
         document = kubeconfig_document(cluster["url"], token=FAKE_TOKEN, context_name="fleet")
         path.write_text(yaml.safe_dump(document), encoding="utf-8")
         call_command("add_kube_cluster", cluster["name"], kubeconfig=path, stdout=StringIO())
-    return {"session": store.session_key, "api_token": token.getvalue().strip()}
+    return {"session": session, "api_token": token.getvalue().strip()}
 
 
 def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
@@ -370,11 +243,19 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
     import uuid
     from datetime import timedelta
 
-    from django.db import connection
     from django.urls import reverse
     from django.utils import timezone
 
-    from alerts.models import Incident, IncidentState, Notice, Rule, Severity
+    from alerts.models import Incident, Notice
+    from bench.fleet_data import (
+        flapping,
+        lease_incident,
+        nks_account,
+        nks_cluster_row,
+        nodegroup_row,
+        store_history,
+        vacuum_analyze,
+    )
     from fakes.kube.fleet import NODEGROUPS, instance_uuid, nodegroup_of
     from leases.models import (
         KubeCluster,
@@ -386,8 +267,7 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
         Node,
         NodeReadyChange,
     )
-    from nks.enums import Freshness
-    from nks.models import Health, NksAccount, NksCluster, NksNodegroup
+    from nks.models import NksCluster, NksNodegroup
 
     rng = random.Random(22)
     now = timezone.now()
@@ -434,18 +314,8 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
     node_leases = list(
         Lease.objects.filter(lease_class=LeaseClass.NODE_HEARTBEAT).values_list("id", flat=True)
     )
-    for lease_id in node_leases[::50]:
-        for index in range(3):
-            transitions.append(
-                LeaseTransition(
-                    lease_id=lease_id,
-                    from_holder="kubelet-a" if index % 2 else "kubelet-b",
-                    to_holder="kubelet-b" if index % 2 else "kubelet-a",
-                    observed_at=now - timedelta(seconds=rng.uniform(0, 300)),
-                )
-            )
-    LeaseTransition.objects.bulk_create(transitions, batch_size=5_000)
-    LeaseHolderSpan.objects.bulk_create(spans, batch_size=5_000)
+    transitions += flapping(node_leases[::50], now, rng, holders=("kubelet-b", "kubelet-a"))
+    store_history(spans, transitions)
 
     ready_changes = [
         NodeReadyChange(
@@ -469,18 +339,16 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
         cluster, namespace, name = rng.choice(names)
         since = now - timedelta(seconds=rng.uniform(3_600, 7 * day))
         incidents.append(
-            Incident(
-                rule=Rule.LEASE_EXPIRED,
-                key=f"{Rule.LEASE_EXPIRED}:{cluster}/{namespace}/{name}#{index}",
-                state=IncidentState.RESOLVED,
-                severity=Severity.WARNING,
-                cluster=cluster,
-                title=f"Lease {namespace}/{name} expired",
-                link=f"/leases/{cluster}/{namespace}/{name}/",
+            lease_incident(
+                cluster,
+                namespace,
+                name,
                 since=since,
+                resolved_at=since + timedelta(minutes=5),
+                key_suffix=f"#{index}",
+                link=f"/leases/{cluster}/{namespace}/{name}/",
                 opened_at=since + timedelta(seconds=30),
                 last_seen_at=since + timedelta(minutes=5),
-                resolved_at=since + timedelta(minutes=5),
                 resolution="The lease is held again.",
                 open_notice=Notice.MAILED,
                 resolve_notice=Notice.MAILED,
@@ -489,37 +357,21 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
     Incident.objects.bulk_create(incidents, batch_size=5_000)
 
     # NKS: one account, a cluster per Kubernetes cluster, two nodegroups each, polled now.
-    account = NksAccount.objects.create(
-        name="fleet",
-        api_url="https://kr1-api-kubernetes-infrastructure.nhncloudservice.com",
-        token="fleet-bench-nks-token",
-        last_poll_at=now,
-        last_success_at=now,
-        next_poll_at=now + timedelta(hours=1),
-    )
+    account = nks_account(now)
     node_groups: list[NksNodegroup] = []
     nks_clusters = []
     for kube in KubeCluster.objects.order_by("name"):
         nodes = list(Node.objects.filter(cluster=kube).values_list("name", "ready"))
         ready = sum(1 for _, status in nodes if status == "True")
-        nks = NksCluster(
-            account=account,
-            uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, kube.name)),
-            name=kube.name,
-            status="CREATE_COMPLETE",
-            health_status=Freshness.FRESH,
-            freshness=Freshness.FRESH,
-            health=Health.HEALTHY if ready == len(nodes) else Health.DEGRADED,
-            health_timestamp=now,
+        nks = nks_cluster_row(
+            account,
+            kube,
+            str(uuid.uuid5(uuid.NAMESPACE_URL, kube.name)),
+            len(nodes),
+            ready,
+            now,
             api="OK",
-            api_ok=True,
-            node_count=len(nodes),
-            nodes_ready=ready,
-            nodes_not_ready=len(nodes) - ready,
             kube_version="v1.33.4",
-            polled_at=now,
-            refreshed_at=now,
-            kube_cluster=kube,
             node_addresses=[],
         )
         nks_clusters.append(nks)
@@ -528,33 +380,28 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
                 name for index, (name, _) in enumerate(nodes) if nodegroup_of(index) == group
             ]
             node_groups.append(
-                NksNodegroup(
-                    cluster=nks,
-                    uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kube.name}/{group}")),
-                    name=group,
-                    role="worker",
+                nodegroup_row(
+                    nks,
+                    str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kube.name}/{group}")),
+                    group,
+                    len(members),
+                    now,
                     is_default=position == 0,
-                    status="UPDATE_COMPLETE",
-                    node_count=len(members),
                     min_node_count=1,
                     max_node_count=len(members) * 2 + 1,
                     autoscaler_enabled=False,
-                    ready=len(members),
-                    not_ready=0,
                     kube_version="v1.33.4",
                     flavor_id="m2.c4m8",
                     node_addresses=[
                         {"name": name, "instance": instance_uuid(kube.name, name)}
                         for name in members[:3]
                     ],
-                    polled_at=now,
                     detail_fetched_at=now,
                 )
             )
     NksCluster.objects.bulk_create(nks_clusters)
     NksNodegroup.objects.bulk_create(node_groups)
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE")
+    vacuum_analyze()
 
     # The detail pages: an election with history in the middle cluster, a NotReady node,
     # a slot group, the middle NKS cluster and its first nodegroup.
@@ -631,36 +478,6 @@ def django_phase_main(phase: str, payload_path: str, answer_path: str) -> int:
     return 0
 
 
-# --- HTTP -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Client:
-    port: int
-    session: str
-    api_token: str
-
-    def get(self, path: str, *, target: str = "", kind: str = "page") -> tuple[int, bytes]:
-        headers = {"Host": "127.0.0.1"}
-        if kind == "api":
-            headers["Authorization"] = f"Bearer {self.api_token}"
-        elif kind == "metrics":
-            headers["Authorization"] = f"Bearer {METRICS_TOKEN}"
-        else:
-            headers["Cookie"] = f"sessionid={self.session}"
-        if target:
-            headers["HX-Request"] = "true"
-            headers["HX-Target"] = target
-            headers["HX-Current-URL"] = f"http://127.0.0.1:{self.port}{path}"
-        connection = HTTPConnection("127.0.0.1", self.port, timeout=600)
-        try:
-            connection.request("GET", path, headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
-
-
 TAG = re.compile(rb"<(?:section|article|div|aside|main|nav|table|tbody)\b[^>]*>", re.I)
 ATTRIBUTE = re.compile(rb'\s(id|hx-get)="([^"]*)"')
 
@@ -680,20 +497,6 @@ def regions_of(body: bytes, page_path: str) -> list[str]:
         ):
             found.append(attributes["id"])
     return found
-
-
-def wait_until_serving(client: Client, process: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with {process.returncode}")
-        with contextlib.suppress(OSError):
-            status, _ = client.get("/healthz", kind="metrics")
-            if status < 500:
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError("gunicorn did not answer in time")
-        time.sleep(0.3)
 
 
 def measure_request(
@@ -921,21 +724,8 @@ def run_instance(instance: Instance) -> InstanceFigures:
             )
         with timed(figures, "pages"):
             port = free_port()
-            gunicorn = start(
-                [
-                    GUNICORN,
-                    "dashboard.wsgi:application",
-                    f"--bind=127.0.0.1:{port}",
-                    "--workers=2",
-                    "--worker-class=sync",
-                    # The slowest pages of the code before issue 22 took about a minute.
-                    "--timeout=600",
-                    "--log-level=warning",
-                ],
-                {**env, "PGAPPNAME": WEB_APP_NAME},
-                log,
-            )
-            client = Client(port, login["session"], login["api_token"])
+            gunicorn = start_gunicorn(port, {**env, "PGAPPNAME": WEB_APP_NAME}, log)
+            client = Client(port, login["session"], login["api_token"], METRICS_TOKEN)
             wait_until_serving(client, gunicorn, timeout=120)
             for request in request_plan(client, history["urls"]):
                 measure_request(client, request, instance.repeat, gunicorn, admin_url, url_db(url))
@@ -956,14 +746,6 @@ def run_instance(instance: Instance) -> InstanceFigures:
 
 def url_db(url: str) -> str:
     return urlsplit(url).path.lstrip("/")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- the report -----------------------------------------------------------------------------
