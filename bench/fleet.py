@@ -2,27 +2,34 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/fleet.py \\
         [--sizes 2000,100000] [--repeat 5] [--redis-dbs 6,7] [--json fleet.json] \\
-        [--keep-databases] [--env NAME=VALUE ...]
+        [--keep-databases] [--db-prefix bench_] [--env NAME=VALUE ...]
 
-Each size is an instance of its own: a PostgreSQL database (bench_fleet_2k, bench_fleet_100k:
-dropped and re-created), a Redis database (--redis-dbs, flushed), and a child process serving
+Each size is an instance of its own: a PostgreSQL database (<db-prefix>fleet_2k and
+<db-prefix>fleet_100k, by default bench_fleet_2k and bench_fleet_100k: dropped and
+re-created), a Redis database (--redis-dbs, flushed), and a child process serving
 50 fake API servers (fakes/kube/fleet.py: ~98 % node heartbeat Leases, Nodes for a fifth of
 the leases, ~2 % elections, a third of them leader-k8s). For each instance, in turn:
 
 1. the clusters are registered (`add_kube_cluster`), then the real watcher runs
    (`manage.py watch_leases`, every cluster in one process) until every Lease and Node is
-   stored: the time that takes, the watcher's CPU, and its peak RSS (the kernel's VmHWM of
-   its process tree) per stored Lease and Node;
+   stored: the time that takes, the watcher's CPU and its PostgreSQL backends' CPU, its peak
+   RSS (the kernel's VmHWM of its process tree) per stored Lease and Node, and the most
+   PostgreSQL connections it holds at once (pg_stat_activity by application_name, sampled
+   until the end; the warning before a size that may lack connections uses what the size
+   before measured);
 2. history is bulk-loaded behind it (holder changes and holder spans of the elections, a few
    flapping node leases, Ready changes, resolved incidents, an NKS account with a cluster and
    two nodegroups per Kubernetes cluster), then VACUUM ANALYZE, as autovacuum would leave it;
 3. the alert evaluation runs as `check_alerts --no-send` does, --repeat + 1 times in one
    process: the first run (which opens the incidents) apart, then median and p95 time,
-   queries, and the CPU time of its PostgreSQL backend;
+   queries, the CPU time of its PostgreSQL backend, the lease rows PostgreSQL read, and the
+   process's peak RSS;
 4. gunicorn (DJANGO_ENV=development, DEBUG=false, 2 sync workers, LEASE_TABLE_CACHE_SECONDS=0)
    serves while the watcher keeps running (so the data stays current, as in production), and
-   each page, region (found in the page's own HTML: elements with an id and an hx-get to the
-   page), the API's first page and /metrics are fetched once to warm up and then --repeat
+   each page the issue names (overview, Leases, a lease, a node, groups, a group, Nodes, NKS
+   clusters, an NKS cluster, a nodegroup, alerts), each of its regions (found in the page's
+   own HTML: elements with an id and an hx-get to the page), the API's first page of leases
+   and of leader groups, and /metrics are fetched once to warm up and then --repeat
    times, one request at a time: median and p95 time, the body's bytes, the CPU time per
    request of gunicorn's workers and of their PostgreSQL backends (from /proc; the backends
    are told apart by application_name), and the workers' peak RSS afterwards.
@@ -39,12 +46,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -56,6 +65,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.benchdb import (  # noqa: E402
+    add_database_option,
     create_bench_database,
     drop_bench_database,
 )
@@ -138,6 +148,11 @@ class WatcherFigures:
     peak_rss_bytes: int = 0  # at the moment everything was stored
     peak_rss_bytes_end: int = 0  # after the pages were measured (the watcher kept running)
     processes: int = 0
+    # PostgreSQL connections the watcher held at once (pg_stat_activity, by its
+    # application_name, sampled every 0.2 s): until every object was stored, and all along.
+    db_connections_sync: int = 0
+    db_connections_peak: int = 0
+    db_cpu_seconds: float | None = None  # its backends' CPU until every object was stored
 
     @property
     def bytes_per_object(self) -> float:
@@ -152,6 +167,8 @@ class EvaluationFigures:
     times_ms: list[float] = field(default_factory=list)
     queries: list[int] = field(default_factory=list)
     db_cpu_ms: list[float] = field(default_factory=list)
+    lease_rows_read: list[int] = field(default_factory=list)
+    peak_rss_bytes: int = 0  # of the evaluating process (Django and all), after every run
     summary: str = ""
 
 
@@ -437,9 +454,30 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
     return {"urls": urls, "rows": rows}
 
 
+def lease_rows_read(connection: Any) -> int | None:
+    """Rows of the lease table PostgreSQL has read so far (sequential reads plus index
+    fetches), this backend's reads included: its statistics are flushed first (PG 15+)."""
+    with connection.cursor() as cursor:
+        try:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        except Exception:  # older PostgreSQL: the count would lag; none rather than wrong
+            return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
+            "FROM pg_stat_user_tables WHERE relname = 'leases_lease'"
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else None
+
+
 def phase_evaluate(payload: dict[str, Any]) -> dict[str, Any]:
-    """`check_alerts --no-send`, repeat + 1 times in this process: time, queries, and the
-    CPU time of this process's PostgreSQL backend (on this host)."""
+    """`check_alerts --no-send`, repeat + 1 times in this process: time, queries, the CPU
+    time of this process's PostgreSQL backend (on this host), the lease rows PostgreSQL read
+    (nothing else uses this database's lease table meanwhile but the watcher's writes, which
+    read by primary key), and this process's peak RSS."""
+    import resource
     from io import StringIO
 
     from django.core.management import call_command
@@ -453,16 +491,23 @@ def phase_evaluate(payload: dict[str, Any]) -> dict[str, Any]:
     summary = ""
     for _ in range(payload["repeat"] + 1):
         output = StringIO()
+        rows_before = lease_rows_read(connection)
         db_before = cpu_seconds(backend)
         with CaptureQueriesContext(connection) as queries:
             started = time.perf_counter()
             call_command("check_alerts", no_send=True, stdout=output, stderr=StringIO())
             elapsed = time.perf_counter() - started
         db_after = cpu_seconds(backend)
+        rows_after = lease_rows_read(connection)
         db_ms = (db_after - db_before) * 1000 if db_before is not None and db_after else None
-        runs.append({"ms": elapsed * 1000, "queries": len(queries), "db_ms": db_ms})
+        rows = None if rows_before is None or rows_after is None else rows_after - rows_before
+        runs.append(
+            {"ms": elapsed * 1000, "queries": len(queries), "db_ms": db_ms, "lease_rows": rows}
+        )
         summary = output.getvalue().strip()
-    return {"runs": runs, "summary": summary}
+    # ru_maxrss is in KiB on Linux.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"runs": runs, "summary": summary, "peak_rss_bytes": peak}
 
 
 PHASES = {"register": phase_register, "history": phase_history, "evaluate": phase_evaluate}
@@ -530,43 +575,73 @@ def measure_request(
 
 
 def request_plan(client: Client, urls: dict[str, str]) -> list[RequestFigures]:
-    """Every page and region to measure, the regions found in the pages' HTML."""
-    plan = [RequestFigures("overview", "page", "/")]
-    status, body = client.get("/")
-    plan += [
-        RequestFigures(f"overview #{region}", "region", "/", target=region)
-        for region in (regions_of(body, "/") if status == 200 else [])
+    """Every page the issue names and each region it polls itself into (found in the page's
+    own HTML), the API's first pages and /metrics."""
+    pages = [
+        ("overview", "overview", "/"),
+        ("Leases page", "Leases", "/leases/"),
+        ("lease page", "lease page", urls["lease"]),
+        ("node page", "node page", urls["node"]),
+        ("groups page", "groups page", "/leases/groups/"),
+        ("group page", "group page", urls.get("group")),
+        ("Nodes (clusters) page", "Nodes", "/leases/clusters/"),
+        ("NKS clusters page", "NKS clusters", "/clusters/"),
+        ("NKS cluster page", "NKS cluster", urls["nks_cluster"]),
+        ("nodegroup page", "nodegroup", urls["nodegroup"]),
+        ("alerts page", "alerts", "/alerts/"),
     ]
-    plan.append(RequestFigures("Leases page", "page", "/leases/"))
-    status, body = client.get("/leases/")
-    leases_regions = regions_of(body, "/leases/") if status == 200 else []
-    # The table is the region the issue names; measured even if the page stopped naming it.
-    plan.append(RequestFigures("Leases #lease-table", "region", "/leases/", target="lease-table"))
+    plan = []
+    for label, short, path in pages:
+        if path is None:
+            continue
+        plan.append(RequestFigures(label, "page", path))
+        status, body = client.get(path)
+        regions = regions_of(body, path) if status == 200 else []
+        if path == "/leases/":
+            # The table is the region the issue names; measured first, and even if the page
+            # stopped naming it.
+            regions = ["lease-table", *(region for region in regions if region != "lease-table")]
+        plan += [
+            RequestFigures(f"{short} #{region}", "region", path, target=region)
+            for region in regions
+        ]
     plan += [
-        RequestFigures(f"Leases #{region}", "region", "/leases/", target=region)
-        for region in leases_regions
-        if region != "lease-table"
-    ]
-    plan += [
-        RequestFigures("lease page", "page", urls["lease"]),
-        RequestFigures("node page", "page", urls["node"]),
-        RequestFigures("groups page", "page", "/leases/groups/"),
-    ]
-    if "group" in urls:
-        plan.append(RequestFigures("group page", "page", urls["group"]))
-    plan += [
-        RequestFigures("Nodes (clusters) page", "page", "/leases/clusters/"),
-        RequestFigures("NKS clusters page", "page", "/clusters/"),
-        RequestFigures("NKS cluster page", "page", urls["nks_cluster"]),
-        RequestFigures("nodegroup page", "page", urls["nodegroup"]),
-        RequestFigures("alerts page", "page", "/alerts/"),
         RequestFigures("API leases, first page", "api", "/api/v1/leases"),
+        RequestFigures("API leader groups", "api", "/api/v1/leader-groups"),
         RequestFigures("/metrics", "metrics", "/metrics"),
     ]
     return plan
 
 
 # --- one instance ---------------------------------------------------------------------------
+
+
+class ConnectionPeak(threading.Thread):
+    """The most connections `application` held at once on `database`, sampled from
+    pg_stat_activity on a connection of its own until stop()."""
+
+    def __init__(self, admin_url: str, database: str, application: str) -> None:
+        super().__init__(daemon=True)
+        self.admin_url, self.database, self.application = admin_url, database, application
+        self.peak = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as connection:
+            while not self.done.wait(0.2):
+                row = connection.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = %s AND application_name = %s",
+                    [self.database, self.application],
+                ).fetchone()
+                self.peak = max(self.peak, int(row[0]) if row else 0)
+
+    def stop(self) -> int:
+        self.done.set()
+        self.join(timeout=5)
+        return self.peak
 
 
 @dataclass
@@ -579,6 +654,9 @@ class Instance:
     extra_env: dict[str, str]
     watcher_env: dict[str, str]
     keep_database: bool
+    db_prefix: str = "bench_"
+    # What the watcher of an earlier size held per cluster, when one ran.
+    watcher_connections_per_cluster: float | None = None
 
     @property
     def label(self) -> str:
@@ -586,7 +664,7 @@ class Instance:
 
     @property
     def database(self) -> str:
-        return f"bench_fleet_{self.label}"
+        return f"{self.db_prefix}fleet_{self.label}"
 
     @property
     def nodes(self) -> int:
@@ -635,6 +713,7 @@ def run_instance(instance: Instance) -> InstanceFigures:
         redis_url=redis_url,
     )
     fleet = watcher = gunicorn = None
+    connections: ConnectionPeak | None = None
     try:
         with timed(figures, "fake API servers loaded"):
             fleet_file = workdir / "fleet.json"
@@ -670,10 +749,19 @@ def run_instance(instance: Instance) -> InstanceFigures:
             import psycopg
 
             most, free = free_connections(admin_url)
-            if free < WATCHER_CONNECTIONS_PER_CLUSTER * instance.clusters + 8:
+            measured = instance.watcher_connections_per_cluster
+            per_cluster = WATCHER_CONNECTIONS_PER_CLUSTER if measured is None else measured
+            needed = math.ceil(per_cluster * instance.clusters) + 8
+            if free < needed:
+                said = (
+                    f"the watcher of the size before held {measured:.2f} per cluster"
+                    if measured is not None
+                    else f"the watcher held {WATCHER_CONNECTIONS_PER_CLUSTER} per cluster "
+                    "before issue 22"
+                )
                 log_line(
-                    f"warning: {free} of PostgreSQL's {most} connections are free; the watcher "
-                    f"held {WATCHER_CONNECTIONS_PER_CLUSTER} per cluster before issue 22"
+                    f"warning: {free} of PostgreSQL's {most} connections are free and "
+                    f"{instance.clusters} clusters may need {needed}: {said}"
                 )
             # Opened before the watcher starts, so polling never competes for a connection.
             poll = psycopg.connect(url, autocommit=True)
@@ -683,6 +771,8 @@ def run_instance(instance: Instance) -> InstanceFigures:
                 {**env, **instance.watcher_env, "PGAPPNAME": WATCH_APP_NAME},
                 log,
             )
+            connections = ConnectionPeak(admin_url, instance.database, WATCH_APP_NAME)
+            connections.start()
             progress, progressed_at = (0, 0), started
             while (counts := stored_counts(poll)) != served:
                 if watcher.poll() is not None:
@@ -702,6 +792,10 @@ def run_instance(instance: Instance) -> InstanceFigures:
                 cpu_seconds=round(tree_cpu_seconds(watcher.pid), 2),
                 peak_rss_bytes=tree_peak_rss(watcher.pid),
                 processes=len(process_tree(watcher.pid)),
+                db_connections_sync=connections.peak,
+                db_cpu_seconds=round(
+                    sum(backends_cpu(admin_url, instance.database, WATCH_APP_NAME).values()), 2
+                ),
             )
             poll.close()
         with timed(figures, "history bulk-loaded, VACUUM ANALYZE"):
@@ -720,6 +814,10 @@ def run_instance(instance: Instance) -> InstanceFigures:
                 times_ms=[run["ms"] for run in steady],
                 queries=[run["queries"] for run in steady],
                 db_cpu_ms=[run["db_ms"] for run in steady if run["db_ms"] is not None],
+                lease_rows_read=[
+                    run["lease_rows"] for run in steady if run["lease_rows"] is not None
+                ],
+                peak_rss_bytes=evaluated["peak_rss_bytes"],
                 summary=evaluated["summary"],
             )
         with timed(figures, "pages"):
@@ -735,8 +833,11 @@ def run_instance(instance: Instance) -> InstanceFigures:
                     f"{request.bytes} B {request.note}"
                 )
         figures.watcher.peak_rss_bytes_end = tree_peak_rss(watcher.pid)
+        figures.watcher.db_connections_peak = connections.stop()
         return figures
     finally:
+        if connections is not None:
+            connections.stop()
         stop(gunicorn)
         stop(watcher)
         stop(fleet)
@@ -818,14 +919,14 @@ def report(results: list[InstanceFigures], repeat: int) -> str:
         "gunicorn workers per request; peak: the larger worker's peak RSS afterwards.",
         "",
         f"| what | median ms {a} | {b} | ratio | p95 ms {a} | {b} | db ms {a} | {b} "
-        f"| app ms {a} | {b} | bytes {a} | {b} | peak MiB {b} | target | result |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        f"| app ms {a} | {b} | bytes {a} | {b} | peak MiB {a} | {b} | target | result |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     by_label = {request.label: request for request in small.requests}
     for big in large.requests:
         little = by_label.get(big.label)
         if little is None:
-            lines.append(f"| {big.label} | | {fmt(big.median_ms)} | | | | | | | | | | | | ? |")
+            lines.append(f"| {big.label} | | {fmt(big.median_ms)} | | | | | | | | | | | | | ? |")
             continue
         result, targets = request_verdict(little, big)
         lines.append(
@@ -835,7 +936,8 @@ def report(results: list[InstanceFigures], repeat: int) -> str:
             f"| {fmt(little.db_cpu_ms, 1)} | {fmt(big.db_cpu_ms, 1)} "
             f"| {fmt(little.app_cpu_ms, 1)} | {fmt(big.app_cpu_ms, 1)} "
             f"| {fmt_bytes(little.bytes)} | {fmt_bytes(big.bytes)} "
-            f"| {fmt(big.worker_peak_rss_mb)} | {targets} | {result} |"
+            f"| {fmt(little.worker_peak_rss_mb)} | {fmt(big.worker_peak_rss_mb)} "
+            f"| {targets} | {result} |"
         )
 
     es, el = small.evaluation, large.evaluation
@@ -867,6 +969,13 @@ def report(results: list[InstanceFigures], repeat: int) -> str:
         f"| db CPU ms per run | {fmt(median_of(es.db_cpu_ms), 1)} "
         f"| {fmt(median_of(el.db_cpu_ms), 1)} "
         f"| {fmt_ratio(ratio(median_of(es.db_cpu_ms), median_of(el.db_cpu_ms)))} | | |",
+        f"| lease rows read per run (PostgreSQL's count) | {fmt(median_of(es.lease_rows_read))} "
+        f"| {fmt(median_of(el.lease_rows_read))} "
+        f"| {fmt_ratio(ratio(median_of(es.lease_rows_read), median_of(el.lease_rows_read)))} "
+        "| | |",
+        f"| peak RSS of the evaluating process | {fmt_bytes(es.peak_rss_bytes)} "
+        f"| {fmt_bytes(el.peak_rss_bytes)} "
+        f"| {fmt_ratio(ratio(es.peak_rss_bytes, el.peak_rss_bytes))} | | |",
         f"| first run ms (opens the incidents) / queries | {fmt(es.first_ms)} / "
         f"{es.first_queries:,} | {fmt(el.first_ms)} / {el.first_queries:,} | | | |",
     ]
@@ -908,6 +1017,16 @@ def report(results: list[InstanceFigures], repeat: int) -> str:
         f"| peak RSS per stored Lease and Node | {fmt_bytes(ws.bytes_per_object)} "
         f"| {fmt_bytes(wl.bytes_per_object)} | | {memory_targets} | {memory_result} |",
         f"| each further Lease or Node ({a} → {b}) | | {fmt_bytes(marginal)} | | | |",
+        f"| its PostgreSQL backends' CPU s until then | {fmt(ws.db_cpu_seconds, 1)} "
+        f"| {fmt(wl.db_cpu_seconds, 1)} | {fmt_ratio(ratio(ws.db_cpu_seconds, wl.db_cpu_seconds))} "
+        "| | |",
+        f"| watcher DB connections (peak until stored / all along) "
+        f"| {ws.db_connections_sync} / {ws.db_connections_peak} "
+        f"| {wl.db_connections_sync} / {wl.db_connections_peak} | | | |",
+        f"| watcher DB connections per cluster (peak) "
+        f"| {fmt(ws.db_connections_peak / small.clusters, 2)} "
+        f"| {fmt(wl.db_connections_peak / large.clusters, 2)} | | "
+        f"{WATCHER_CONNECTIONS_PER_CLUSTER} before issue 22 | |",
     ]
     lines += [
         "",
@@ -977,6 +1096,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--keep-databases", action="store_true")
+    add_database_option(parser)
     parser.add_argument(
         "--env",
         action="append",
@@ -1008,6 +1128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 extra_env=extra_env,
                 watcher_env=watcher_env,
                 keep_database=args.keep_databases,
+                db_prefix=args.db_prefix,
+                watcher_connections_per_cluster=(
+                    results[-1].watcher.db_connections_peak / args.clusters if results else None
+                ),
             )
             results.append(run_instance(instance))
     seconds = time.monotonic() - started
