@@ -8,10 +8,15 @@ NKS cluster looks like. Run inside a process with Django set up.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
+
+
+class Uniform(Protocol):
+    """A random.Random, or the random module itself."""
+
+    def uniform(self, a: float, b: float) -> float: ...
 
 
 def migrate() -> None:
@@ -154,7 +159,7 @@ def node_row(
 def flapping(
     lease_ids: Iterable[int],
     now: datetime,
-    rng: random.Random,
+    rng: Uniform,
     changes: int = 3,
     holders: tuple[str, str] = ("x", "y"),
 ) -> list[Any]:
