@@ -55,7 +55,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1031,22 +1031,18 @@ def report(results: list[InstanceFigures], repeat: int) -> str:
     lines += [
         "",
         "Setup (seconds): "
-        + "; ".join(
-            f"{size_label(result.size)}: "
-            + ", ".join(f"{phase} {seconds}" for phase, seconds in result.phases_seconds.items())
-            for result in results
-        ),
-    ]
-    lines += [
+        + per_size(results, lambda result: [f"{p} {s}" for p, s in result.phases_seconds.items()]),
         "",
-        "Rows: "
-        + "; ".join(
-            f"{size_label(result.size)}: "
-            + ", ".join(f"{count:,} {name}" for name, count in result.rows.items())
-            for result in results
-        ),
+        "Rows: " + per_size(results, lambda result: [f"{c:,} {n}" for n, c in result.rows.items()]),
     ]
     return "\n".join(lines)
+
+
+def per_size(results: list[InstanceFigures], items: Callable[[InstanceFigures], list[str]]) -> str:
+    """`2k: a, b; 100k: c, d` of each size's items."""
+    return "; ".join(
+        f"{size_label(result.size)}: " + ", ".join(items(result)) for result in results
+    )
 
 
 def as_json(
