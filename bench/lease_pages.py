@@ -36,7 +36,7 @@ from bench.benchdb import (  # noqa: E402
     create_bench_database,
     drop_bench_database,
 )
-from bench.serving import percentile, test_client_gets  # noqa: E402
+from bench.serving import percentile, timed_client_gets  # noqa: E402
 
 CLUSTERS = 50
 ELECTION_SHARE = 50  # one lease in 50 is a leader election
@@ -177,7 +177,7 @@ def measure(repeat: int) -> dict[str, Figure]:
     for name, (which, path, headers) in targets().items():
         if path == "next":
             path = next_page(web)
-        sample = test_client_gets(clients[which], path, repeat, headers)
+        sample = timed_client_gets(clients[which], path, repeat, headers)
         assert sample.status == 200, (name, sample.status)
         figures[name] = Figure(
             sample.median_ms,

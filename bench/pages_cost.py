@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.benchdb import add_database_option  # noqa: E402
-from bench.serving import test_client_gets  # noqa: E402
+from bench.serving import timed_client_gets  # noqa: E402
 
 # Election leases are a few % of a fleet's leases; node heartbeats are the rest.
 ELECTION_SHARE = 0.03
@@ -303,7 +303,7 @@ def measure(paths: dict[str, str], runs: int) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
     for label, path, target in targets(paths):
         headers = {"HX-Request": "true", "HX-Target": target} if target else {}
-        sample = test_client_gets(client, path, runs, {"headers": headers}, warm_up=True)
+        sample = timed_client_gets(client, path, runs, {"headers": headers}, warm_up=True)
         if sample.status != 200:
             raise RuntimeError(f"{label}: {path} answered {sample.status}")
         results[label] = {

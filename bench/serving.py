@@ -271,7 +271,7 @@ class Sample:
         return statistics.median(self.times_ms)
 
 
-def test_client_gets(
+def timed_client_gets(
     client: Any, path: str, repeat: int, headers: dict[str, str], warm_up: bool = False
 ) -> Sample:
     """Time `repeat` GETs (after one untimed GET with `warm_up`): each one's time and the
