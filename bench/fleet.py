@@ -454,18 +454,6 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
     return {"urls": urls, "rows": rows}
 
 
-def own_lease_rows_read(connection: Any) -> int:
-    """Rows of the lease table this backend has read in its open transaction (sequential
-    reads plus index fetches): PostgreSQL's own count, no other backend's reads in it."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
-            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_lease'"
-        )
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
 def phase_evaluate(payload: dict[str, Any]) -> dict[str, Any]:
     """`check_alerts --no-send`, repeat + 1 times in this process: time, queries, the CPU
     time of this process's PostgreSQL backend (on this host), and this process's peak RSS;
@@ -479,6 +467,8 @@ def phase_evaluate(payload: dict[str, Any]) -> dict[str, Any]:
     from django.core.management import call_command
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
+
+    from bench.fleet_data import lease_rows_read
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
@@ -497,9 +487,9 @@ def phase_evaluate(payload: dict[str, Any]) -> dict[str, Any]:
         runs.append({"ms": elapsed * 1000, "queries": len(queries), "db_ms": db_ms})
         summary = output.getvalue().strip()
     with transaction.atomic():
-        before = own_lease_rows_read(connection)
+        before = lease_rows_read()
         call_command("check_alerts", no_send=True, stdout=StringIO(), stderr=StringIO())
-        lease_rows = own_lease_rows_read(connection) - before
+        lease_rows = lease_rows_read() - before
     # ru_maxrss is in KiB on Linux.
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"runs": runs, "summary": summary, "peak_rss_bytes": peak, "lease_rows": lease_rows}

@@ -35,6 +35,20 @@ def vacuum_analyze() -> None:
         cursor.execute("VACUUM ANALYZE")
 
 
+def lease_rows_read() -> int:
+    """Rows of the lease table this backend has read in its open transaction (sequential
+    reads plus index fetches): PostgreSQL's own count, no other backend's reads in it."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
+            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_lease'"
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
 def current_clusters(
     names: Sequence[str],
     now: datetime,

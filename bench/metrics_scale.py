@@ -201,19 +201,6 @@ def prove_current() -> None:
     KubeCluster.objects.update(leases_as_of=now, nodes_as_of=now, last_flush_at=now)
 
 
-def lease_rows_read() -> int:
-    """Rows of the leases table read so far in this transaction (PostgreSQL's own count)."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
-            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_lease'"
-        )
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
 def measure() -> dict[str, Any]:
     from django.db import connection, transaction
     from django.test import Client
@@ -222,6 +209,7 @@ def measure() -> dict[str, Any]:
 
     from alerts.evaluation import run_evaluation
     from alerts.expiry_schedule import next_lease_due
+    from bench.fleet_data import lease_rows_read
 
     client = Client()
     times: list[float] = []
