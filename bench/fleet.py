@@ -2,27 +2,34 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/fleet.py \\
         [--sizes 2000,100000] [--repeat 5] [--redis-dbs 6,7] [--json fleet.json] \\
-        [--keep-databases] [--env NAME=VALUE ...]
+        [--keep-databases] [--db-prefix bench_] [--env NAME=VALUE ...]
 
-Each size is an instance of its own: a PostgreSQL database (bench_fleet_2k, bench_fleet_100k:
-dropped and re-created), a Redis database (--redis-dbs, flushed), and a child process serving
+Each size is an instance of its own: a PostgreSQL database (<db-prefix>fleet_2k and
+<db-prefix>fleet_100k, by default bench_fleet_2k and bench_fleet_100k: dropped and
+re-created), a Redis database (--redis-dbs, flushed), and a child process serving
 50 fake API servers (fakes/kube/fleet.py: ~98 % node heartbeat Leases, Nodes for a fifth of
 the leases, ~2 % elections, a third of them leader-k8s). For each instance, in turn:
 
 1. the clusters are registered (`add_kube_cluster`), then the real watcher runs
    (`manage.py watch_leases`, every cluster in one process) until every Lease and Node is
-   stored: the time that takes, the watcher's CPU, and its peak RSS (the kernel's VmHWM of
-   its process tree) per stored Lease and Node;
+   stored: the time that takes, the watcher's CPU and its PostgreSQL backends' CPU, its peak
+   RSS (the kernel's VmHWM of its process tree) per stored Lease and Node, and the most
+   PostgreSQL connections it holds at once (pg_stat_activity by application_name, sampled
+   until the end; the warning before a size that may lack connections uses what the size
+   before measured);
 2. history is bulk-loaded behind it (holder changes and holder spans of the elections, a few
    flapping node leases, Ready changes, resolved incidents, an NKS account with a cluster and
    two nodegroups per Kubernetes cluster), then VACUUM ANALYZE, as autovacuum would leave it;
 3. the alert evaluation runs as `check_alerts --no-send` does, --repeat + 1 times in one
    process: the first run (which opens the incidents) apart, then median and p95 time,
-   queries, and the CPU time of its PostgreSQL backend;
+   queries, the CPU time of its PostgreSQL backend and the process's peak RSS; then one more
+   run in one transaction, for the lease rows PostgreSQL read for it alone;
 4. gunicorn (DJANGO_ENV=development, DEBUG=false, 2 sync workers, LEASE_TABLE_CACHE_SECONDS=0)
    serves while the watcher keeps running (so the data stays current, as in production), and
-   each page, region (found in the page's own HTML: elements with an id and an hx-get to the
-   page), the API's first page and /metrics are fetched once to warm up and then --repeat
+   each page the issue names (overview, Leases, a lease, a node, groups, a group, Nodes, NKS
+   clusters, an NKS cluster, a nodegroup, alerts), each of its regions (found in the page's
+   own HTML: elements with an id and an hx-get to the page), the API's first page of leases
+   and of leader groups, and /metrics are fetched once to warm up and then --repeat
    times, one request at a time: median and p95 time, the body's bytes, the CPU time per
    request of gunicorn's workers and of their PostgreSQL backends (from /proc; the backends
    are told apart by application_name), and the workers' peak RSS afterwards.
@@ -39,17 +46,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -57,10 +64,31 @@ from urllib.parse import urlsplit
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.benchdb import create_bench_database, drop_bench_database  # noqa: E402
+from bench.benchdb import (  # noqa: E402
+    add_database_option,
+    create_bench_database,
+    drop_bench_database,
+)
+from bench.serving import (  # noqa: E402
+    PYTHON,
+    Client,
+    backends_cpu,
+    cpu_seconds,
+    cpu_spent,
+    free_connections,
+    free_port,
+    log_line,
+    percentile,
+    process_tree,
+    start,
+    start_gunicorn,
+    status_bytes,
+    stop,
+    tree_cpu_seconds,
+    tree_peak_rss,
+    wait_until_serving,
+)
 
-PYTHON = str(REPO / ".venv" / "bin" / "python")
-GUNICORN = str(REPO / ".venv" / "bin" / "gunicorn")
 FAKE_TOKEN = "fleet-bench-apiserver-token"
 METRICS_TOKEN = "fleet-bench-metrics-token"
 BENCH_USER = "fleet-bench"
@@ -81,7 +109,6 @@ TARGET_WATCHER_BYTES_PER_OBJECT = 2_048
 WATCHER_CONNECTIONS_PER_CLUSTER = 3
 # A fifth of the leases have their Node (20,000 Nodes at 100,000 leases, 400 at 2,000).
 NODES_PER_LEASE = 0.2
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # --- figures --------------------------------------------------------------------------------
@@ -121,6 +148,11 @@ class WatcherFigures:
     peak_rss_bytes: int = 0  # at the moment everything was stored
     peak_rss_bytes_end: int = 0  # after the pages were measured (the watcher kept running)
     processes: int = 0
+    # PostgreSQL connections the watcher held at once (pg_stat_activity, by its
+    # application_name, sampled every 0.2 s): until every object was stored, and all along.
+    db_connections_sync: int = 0
+    db_connections_peak: int = 0
+    db_cpu_seconds: float | None = None  # its backends' CPU until every object was stored
 
     @property
     def bytes_per_object(self) -> float:
@@ -135,6 +167,8 @@ class EvaluationFigures:
     times_ms: list[float] = field(default_factory=list)
     queries: list[int] = field(default_factory=list)
     db_cpu_ms: list[float] = field(default_factory=list)
+    lease_rows_read: int | None = None  # by one run, its own backend's reads
+    peak_rss_bytes: int = 0  # of the evaluating process (Django and all), after every run
     summary: str = ""
 
 
@@ -152,154 +186,16 @@ class InstanceFigures:
     requests: list[RequestFigures] = field(default_factory=list)
 
 
-def percentile(values: Sequence[float], pct: float) -> float:
-    """Nearest-rank percentile (of 5 samples, p95 is the slowest)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * pct // 100))
-    return ordered[int(rank) - 1]
-
-
 def size_label(size: int) -> str:
     if size % 1000 == 0:
         return f"{size // 1000}k"
     return str(size)
 
 
-# --- processes and /proc --------------------------------------------------------------------
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        # After the ")" that ends the command name: state, ppid, ..., utime (11), stime (12).
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """CPU time so far of a single-threaded process (a gunicorn sync worker, a PostgreSQL
-    backend): the scheduler's nanoseconds on a CPU, summed over its threads, where the kernel
-    keeps them (/proc/<pid>/task/*/schedstat), else utime + stime in clock ticks (10 ms)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        return (
-            sum(
-                int((task / "schedstat").read_text().split()[0])
-                for task in Path(f"/proc/{pid}/task").iterdir()
-            )
-            / 1e9
-        )
-    return lifetime_cpu_seconds(pid)
-
-
-def lifetime_cpu_seconds(pid: int) -> float | None:
-    """utime + stime: every thread's, also of the threads that ended (a watcher's)."""
-    fields = _stat_fields(pid)
-    if fields is None:
-        return None
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def process_tree(root: int) -> list[int]:
-    """`root` and every process below it (a watcher may fork workers; gunicorn does)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))) is not None:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def status_bytes(pid: int, key: str) -> int:
-    """A /proc/<pid>/status memory line (VmHWM: peak RSS; VmRSS: now), in bytes."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(f"{key}:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def tree_peak_rss(root: int) -> int:
-    return sum(status_bytes(pid, "VmHWM") for pid in process_tree(root))
-
-
-def tree_cpu_seconds(root: int) -> float:
-    return sum(cpu or 0.0 for cpu in map(lifetime_cpu_seconds, process_tree(root)))
-
-
-def start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    handle = log.open("ab")
-    return subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
-    )
-
-
-def stop(process: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
-    if process is None or process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
-def log_line(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# --- PostgreSQL, seen from outside ----------------------------------------------------------
-
-
-def backend_pids(admin_url: str, database: str, application: str) -> list[int]:
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        rows = connection.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
-            [database, application],
-        ).fetchall()
-    return [pid for (pid,) in rows]
-
-
-def backends_cpu(admin_url: str, database: str, application: str) -> dict[int, float]:
-    """CPU seconds so far of each backend serving `application` (PostgreSQL on this host)."""
-    found = {pid: cpu_seconds(pid) for pid in backend_pids(admin_url, database, application)}
-    return {pid: cpu for pid, cpu in found.items() if cpu is not None}
-
-
-def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
-    """CPU between two readings; a backend that came meanwhile counts from zero."""
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
-
-
 def stored_counts(connection: Any) -> tuple[int, int]:
     row = connection.execute(
         "SELECT (SELECT count(*) FROM leases_lease), (SELECT count(*) FROM leases_node)"
     ).fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
-
-
-def free_connections(admin_url: str) -> tuple[int, int]:
-    """(max_connections, how many are free now): the watcher holds some per cluster."""
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        row = connection.execute(
-            "SELECT current_setting('max_connections')::int, "
-            "current_setting('max_connections')::int - count(*) FROM pg_stat_activity"
-        ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
 
@@ -330,25 +226,19 @@ def run_django_phase(env: dict[str, str], phase: str, payload: dict[str, Any], l
 
 def phase_register(payload: dict[str, Any]) -> dict[str, Any]:
     """Migrate, a signed-in superuser (session and API token), the fleet's clusters."""
-    from importlib import import_module
     from io import StringIO
 
     import yaml
-    from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.auth.models import User
     from django.core.management import call_command
 
+    from bench.fleet_data import migrate
+    from bench.serving import signed_in_session
     from fakes.kube import kubeconfig_document
 
-    call_command("migrate", verbosity=0)
-    call_command("createcachetable", verbosity=0)
+    migrate()
     user = User.objects.create_superuser(BENCH_USER, email="fleet@example.invalid")
-    store = import_module(settings.SESSION_ENGINE).SessionStore()
-    store[SESSION_KEY] = str(user.pk)
-    store[BACKEND_SESSION_KEY] = "dashboard.oidc.PasswordBackend"
-    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    store.create()
+    session = signed_in_session(user)
     token = StringIO()
     call_command(
         "create_api_token", BENCH_USER, name="fleet bench", stdout=token, stderr=StringIO()
@@ -360,7 +250,7 @@ def phase_register(payload: dict[str, Any]) -> dict[str, Any]:
         document = kubeconfig_document(cluster["url"], token=FAKE_TOKEN, context_name="fleet")
         path.write_text(yaml.safe_dump(document), encoding="utf-8")
         call_command("add_kube_cluster", cluster["name"], kubeconfig=path, stdout=StringIO())
-    return {"session": store.session_key, "api_token": token.getvalue().strip()}
+    return {"session": session, "api_token": token.getvalue().strip()}
 
 
 def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
@@ -370,11 +260,19 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
     import uuid
     from datetime import timedelta
 
-    from django.db import connection
     from django.urls import reverse
     from django.utils import timezone
 
-    from alerts.models import Incident, IncidentState, Notice, Rule, Severity
+    from alerts.models import Incident, Notice
+    from bench.fleet_data import (
+        flapping,
+        lease_incident,
+        nks_account,
+        nks_cluster_row,
+        nodegroup_row,
+        store_history,
+        vacuum_analyze,
+    )
     from fakes.kube.fleet import NODEGROUPS, instance_uuid, nodegroup_of
     from leases.models import (
         KubeCluster,
@@ -386,8 +284,7 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
         Node,
         NodeReadyChange,
     )
-    from nks.enums import Freshness
-    from nks.models import Health, NksAccount, NksCluster, NksNodegroup
+    from nks.models import NksCluster, NksNodegroup
 
     rng = random.Random(22)
     now = timezone.now()
@@ -434,18 +331,8 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
     node_leases = list(
         Lease.objects.filter(lease_class=LeaseClass.NODE_HEARTBEAT).values_list("id", flat=True)
     )
-    for lease_id in node_leases[::50]:
-        for index in range(3):
-            transitions.append(
-                LeaseTransition(
-                    lease_id=lease_id,
-                    from_holder="kubelet-a" if index % 2 else "kubelet-b",
-                    to_holder="kubelet-b" if index % 2 else "kubelet-a",
-                    observed_at=now - timedelta(seconds=rng.uniform(0, 300)),
-                )
-            )
-    LeaseTransition.objects.bulk_create(transitions, batch_size=5_000)
-    LeaseHolderSpan.objects.bulk_create(spans, batch_size=5_000)
+    transitions += flapping(node_leases[::50], now, rng, holders=("kubelet-b", "kubelet-a"))
+    store_history(spans, transitions)
 
     ready_changes = [
         NodeReadyChange(
@@ -469,18 +356,16 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
         cluster, namespace, name = rng.choice(names)
         since = now - timedelta(seconds=rng.uniform(3_600, 7 * day))
         incidents.append(
-            Incident(
-                rule=Rule.LEASE_EXPIRED,
-                key=f"{Rule.LEASE_EXPIRED}:{cluster}/{namespace}/{name}#{index}",
-                state=IncidentState.RESOLVED,
-                severity=Severity.WARNING,
-                cluster=cluster,
-                title=f"Lease {namespace}/{name} expired",
-                link=f"/leases/{cluster}/{namespace}/{name}/",
+            lease_incident(
+                cluster,
+                namespace,
+                name,
                 since=since,
+                resolved_at=since + timedelta(minutes=5),
+                key_suffix=f"#{index}",
+                link=f"/leases/{cluster}/{namespace}/{name}/",
                 opened_at=since + timedelta(seconds=30),
                 last_seen_at=since + timedelta(minutes=5),
-                resolved_at=since + timedelta(minutes=5),
                 resolution="The lease is held again.",
                 open_notice=Notice.MAILED,
                 resolve_notice=Notice.MAILED,
@@ -489,37 +374,21 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
     Incident.objects.bulk_create(incidents, batch_size=5_000)
 
     # NKS: one account, a cluster per Kubernetes cluster, two nodegroups each, polled now.
-    account = NksAccount.objects.create(
-        name="fleet",
-        api_url="https://kr1-api-kubernetes-infrastructure.nhncloudservice.com",
-        token="fleet-bench-nks-token",
-        last_poll_at=now,
-        last_success_at=now,
-        next_poll_at=now + timedelta(hours=1),
-    )
+    account = nks_account(now)
     node_groups: list[NksNodegroup] = []
     nks_clusters = []
     for kube in KubeCluster.objects.order_by("name"):
         nodes = list(Node.objects.filter(cluster=kube).values_list("name", "ready"))
         ready = sum(1 for _, status in nodes if status == "True")
-        nks = NksCluster(
-            account=account,
-            uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, kube.name)),
-            name=kube.name,
-            status="CREATE_COMPLETE",
-            health_status=Freshness.FRESH,
-            freshness=Freshness.FRESH,
-            health=Health.HEALTHY if ready == len(nodes) else Health.DEGRADED,
-            health_timestamp=now,
+        nks = nks_cluster_row(
+            account,
+            kube,
+            str(uuid.uuid5(uuid.NAMESPACE_URL, kube.name)),
+            len(nodes),
+            ready,
+            now,
             api="OK",
-            api_ok=True,
-            node_count=len(nodes),
-            nodes_ready=ready,
-            nodes_not_ready=len(nodes) - ready,
             kube_version="v1.33.4",
-            polled_at=now,
-            refreshed_at=now,
-            kube_cluster=kube,
             node_addresses=[],
         )
         nks_clusters.append(nks)
@@ -528,33 +397,28 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
                 name for index, (name, _) in enumerate(nodes) if nodegroup_of(index) == group
             ]
             node_groups.append(
-                NksNodegroup(
-                    cluster=nks,
-                    uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kube.name}/{group}")),
-                    name=group,
-                    role="worker",
+                nodegroup_row(
+                    nks,
+                    str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kube.name}/{group}")),
+                    group,
+                    len(members),
+                    now,
                     is_default=position == 0,
-                    status="UPDATE_COMPLETE",
-                    node_count=len(members),
                     min_node_count=1,
                     max_node_count=len(members) * 2 + 1,
                     autoscaler_enabled=False,
-                    ready=len(members),
-                    not_ready=0,
                     kube_version="v1.33.4",
                     flavor_id="m2.c4m8",
                     node_addresses=[
                         {"name": name, "instance": instance_uuid(kube.name, name)}
                         for name in members[:3]
                     ],
-                    polled_at=now,
                     detail_fetched_at=now,
                 )
             )
     NksCluster.objects.bulk_create(nks_clusters)
     NksNodegroup.objects.bulk_create(node_groups)
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE")
+    vacuum_analyze()
 
     # The detail pages: an election with history in the middle cluster, a NotReady node,
     # a slot group, the middle NKS cluster and its first nodegroup.
@@ -591,13 +455,20 @@ def phase_history(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def phase_evaluate(payload: dict[str, Any]) -> dict[str, Any]:
-    """`check_alerts --no-send`, repeat + 1 times in this process: time, queries, and the
-    CPU time of this process's PostgreSQL backend (on this host)."""
+    """`check_alerts --no-send`, repeat + 1 times in this process: time, queries, the CPU
+    time of this process's PostgreSQL backend (on this host), and this process's peak RSS;
+    then once more inside one transaction, for the lease rows PostgreSQL read for it alone
+    (the watcher reads the same table meanwhile: a server-wide count would add its reads).
+    One transaction instead of one per rule changes when the writes commit, not what is
+    read; that run is not timed."""
+    import resource
     from io import StringIO
 
     from django.core.management import call_command
-    from django.db import connection
+    from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
+
+    from bench.fleet_data import lease_rows_read
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
@@ -615,7 +486,13 @@ def phase_evaluate(payload: dict[str, Any]) -> dict[str, Any]:
         db_ms = (db_after - db_before) * 1000 if db_before is not None and db_after else None
         runs.append({"ms": elapsed * 1000, "queries": len(queries), "db_ms": db_ms})
         summary = output.getvalue().strip()
-    return {"runs": runs, "summary": summary}
+    with transaction.atomic():
+        before = lease_rows_read()
+        call_command("check_alerts", no_send=True, stdout=StringIO(), stderr=StringIO())
+        lease_rows = lease_rows_read() - before
+    # ru_maxrss is in KiB on Linux.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"runs": runs, "summary": summary, "peak_rss_bytes": peak, "lease_rows": lease_rows}
 
 
 PHASES = {"register": phase_register, "history": phase_history, "evaluate": phase_evaluate}
@@ -629,36 +506,6 @@ def django_phase_main(phase: str, payload_path: str, answer_path: str) -> int:
     answer = PHASES[phase](payload)
     Path(answer_path).write_text(json.dumps(answer))
     return 0
-
-
-# --- HTTP -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Client:
-    port: int
-    session: str
-    api_token: str
-
-    def get(self, path: str, *, target: str = "", kind: str = "page") -> tuple[int, bytes]:
-        headers = {"Host": "127.0.0.1"}
-        if kind == "api":
-            headers["Authorization"] = f"Bearer {self.api_token}"
-        elif kind == "metrics":
-            headers["Authorization"] = f"Bearer {METRICS_TOKEN}"
-        else:
-            headers["Cookie"] = f"sessionid={self.session}"
-        if target:
-            headers["HX-Request"] = "true"
-            headers["HX-Target"] = target
-            headers["HX-Current-URL"] = f"http://127.0.0.1:{self.port}{path}"
-        connection = HTTPConnection("127.0.0.1", self.port, timeout=600)
-        try:
-            connection.request("GET", path, headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
 
 
 TAG = re.compile(rb"<(?:section|article|div|aside|main|nav|table|tbody)\b[^>]*>", re.I)
@@ -680,20 +527,6 @@ def regions_of(body: bytes, page_path: str) -> list[str]:
         ):
             found.append(attributes["id"])
     return found
-
-
-def wait_until_serving(client: Client, process: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with {process.returncode}")
-        with contextlib.suppress(OSError):
-            status, _ = client.get("/healthz", kind="metrics")
-            if status < 500:
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError("gunicorn did not answer in time")
-        time.sleep(0.3)
 
 
 def measure_request(
@@ -727,43 +560,73 @@ def measure_request(
 
 
 def request_plan(client: Client, urls: dict[str, str]) -> list[RequestFigures]:
-    """Every page and region to measure, the regions found in the pages' HTML."""
-    plan = [RequestFigures("overview", "page", "/")]
-    status, body = client.get("/")
-    plan += [
-        RequestFigures(f"overview #{region}", "region", "/", target=region)
-        for region in (regions_of(body, "/") if status == 200 else [])
+    """Every page the issue names and each region it polls itself into (found in the page's
+    own HTML), the API's first pages and /metrics."""
+    pages = [
+        ("overview", "overview", "/"),
+        ("Leases page", "Leases", "/leases/"),
+        ("lease page", "lease page", urls["lease"]),
+        ("node page", "node page", urls["node"]),
+        ("groups page", "groups page", "/leases/groups/"),
+        ("group page", "group page", urls.get("group")),
+        ("Nodes (clusters) page", "Nodes", "/leases/clusters/"),
+        ("NKS clusters page", "NKS clusters", "/clusters/"),
+        ("NKS cluster page", "NKS cluster", urls["nks_cluster"]),
+        ("nodegroup page", "nodegroup", urls["nodegroup"]),
+        ("alerts page", "alerts", "/alerts/"),
     ]
-    plan.append(RequestFigures("Leases page", "page", "/leases/"))
-    status, body = client.get("/leases/")
-    leases_regions = regions_of(body, "/leases/") if status == 200 else []
-    # The table is the region the issue names; measured even if the page stopped naming it.
-    plan.append(RequestFigures("Leases #lease-table", "region", "/leases/", target="lease-table"))
+    plan = []
+    for label, short, path in pages:
+        if path is None:
+            continue
+        plan.append(RequestFigures(label, "page", path))
+        status, body = client.get(path)
+        regions = regions_of(body, path) if status == 200 else []
+        if path == "/leases/":
+            # The table is the region the issue names; measured first, and even if the page
+            # stopped naming it.
+            regions = ["lease-table", *(region for region in regions if region != "lease-table")]
+        plan += [
+            RequestFigures(f"{short} #{region}", "region", path, target=region)
+            for region in regions
+        ]
     plan += [
-        RequestFigures(f"Leases #{region}", "region", "/leases/", target=region)
-        for region in leases_regions
-        if region != "lease-table"
-    ]
-    plan += [
-        RequestFigures("lease page", "page", urls["lease"]),
-        RequestFigures("node page", "page", urls["node"]),
-        RequestFigures("groups page", "page", "/leases/groups/"),
-    ]
-    if "group" in urls:
-        plan.append(RequestFigures("group page", "page", urls["group"]))
-    plan += [
-        RequestFigures("Nodes (clusters) page", "page", "/leases/clusters/"),
-        RequestFigures("NKS clusters page", "page", "/clusters/"),
-        RequestFigures("NKS cluster page", "page", urls["nks_cluster"]),
-        RequestFigures("nodegroup page", "page", urls["nodegroup"]),
-        RequestFigures("alerts page", "page", "/alerts/"),
         RequestFigures("API leases, first page", "api", "/api/v1/leases"),
+        RequestFigures("API leader groups", "api", "/api/v1/leader-groups"),
         RequestFigures("/metrics", "metrics", "/metrics"),
     ]
     return plan
 
 
 # --- one instance ---------------------------------------------------------------------------
+
+
+class ConnectionPeak(threading.Thread):
+    """The most connections `application` held at once on `database`, sampled from
+    pg_stat_activity on a connection of its own until stop()."""
+
+    def __init__(self, admin_url: str, database: str, application: str) -> None:
+        super().__init__(daemon=True)
+        self.admin_url, self.database, self.application = admin_url, database, application
+        self.peak = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as connection:
+            while not self.done.wait(0.2):
+                row = connection.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = %s AND application_name = %s",
+                    [self.database, self.application],
+                ).fetchone()
+                self.peak = max(self.peak, int(row[0]) if row else 0)
+
+    def stop(self) -> int:
+        self.done.set()
+        self.join(timeout=5)
+        return self.peak
 
 
 @dataclass
@@ -776,6 +639,9 @@ class Instance:
     extra_env: dict[str, str]
     watcher_env: dict[str, str]
     keep_database: bool
+    db_prefix: str = "bench_"
+    # What the watcher of an earlier size held per cluster, when one ran.
+    watcher_connections_per_cluster: float | None = None
 
     @property
     def label(self) -> str:
@@ -783,7 +649,7 @@ class Instance:
 
     @property
     def database(self) -> str:
-        return f"bench_fleet_{self.label}"
+        return f"{self.db_prefix}fleet_{self.label}"
 
     @property
     def nodes(self) -> int:
@@ -832,6 +698,7 @@ def run_instance(instance: Instance) -> InstanceFigures:
         redis_url=redis_url,
     )
     fleet = watcher = gunicorn = None
+    connections: ConnectionPeak | None = None
     try:
         with timed(figures, "fake API servers loaded"):
             fleet_file = workdir / "fleet.json"
@@ -867,10 +734,19 @@ def run_instance(instance: Instance) -> InstanceFigures:
             import psycopg
 
             most, free = free_connections(admin_url)
-            if free < WATCHER_CONNECTIONS_PER_CLUSTER * instance.clusters + 8:
+            measured = instance.watcher_connections_per_cluster
+            per_cluster = WATCHER_CONNECTIONS_PER_CLUSTER if measured is None else measured
+            needed = math.ceil(per_cluster * instance.clusters) + 8
+            if free < needed:
+                said = (
+                    f"the watcher of the size before held {measured:.2f} per cluster"
+                    if measured is not None
+                    else f"the watcher held {WATCHER_CONNECTIONS_PER_CLUSTER} per cluster "
+                    "before issue 22"
+                )
                 log_line(
-                    f"warning: {free} of PostgreSQL's {most} connections are free; the watcher "
-                    f"held {WATCHER_CONNECTIONS_PER_CLUSTER} per cluster before issue 22"
+                    f"warning: {free} of PostgreSQL's {most} connections are free and "
+                    f"{instance.clusters} clusters may need {needed}: {said}"
                 )
             # Opened before the watcher starts, so polling never competes for a connection.
             poll = psycopg.connect(url, autocommit=True)
@@ -880,6 +756,8 @@ def run_instance(instance: Instance) -> InstanceFigures:
                 {**env, **instance.watcher_env, "PGAPPNAME": WATCH_APP_NAME},
                 log,
             )
+            connections = ConnectionPeak(admin_url, instance.database, WATCH_APP_NAME)
+            connections.start()
             progress, progressed_at = (0, 0), started
             while (counts := stored_counts(poll)) != served:
                 if watcher.poll() is not None:
@@ -899,6 +777,10 @@ def run_instance(instance: Instance) -> InstanceFigures:
                 cpu_seconds=round(tree_cpu_seconds(watcher.pid), 2),
                 peak_rss_bytes=tree_peak_rss(watcher.pid),
                 processes=len(process_tree(watcher.pid)),
+                db_connections_sync=connections.peak,
+                db_cpu_seconds=round(
+                    sum(backends_cpu(admin_url, instance.database, WATCH_APP_NAME).values()), 2
+                ),
             )
             poll.close()
         with timed(figures, "history bulk-loaded, VACUUM ANALYZE"):
@@ -917,25 +799,14 @@ def run_instance(instance: Instance) -> InstanceFigures:
                 times_ms=[run["ms"] for run in steady],
                 queries=[run["queries"] for run in steady],
                 db_cpu_ms=[run["db_ms"] for run in steady if run["db_ms"] is not None],
+                lease_rows_read=evaluated["lease_rows"],
+                peak_rss_bytes=evaluated["peak_rss_bytes"],
                 summary=evaluated["summary"],
             )
         with timed(figures, "pages"):
             port = free_port()
-            gunicorn = start(
-                [
-                    GUNICORN,
-                    "dashboard.wsgi:application",
-                    f"--bind=127.0.0.1:{port}",
-                    "--workers=2",
-                    "--worker-class=sync",
-                    # The slowest pages of the code before issue 22 took about a minute.
-                    "--timeout=600",
-                    "--log-level=warning",
-                ],
-                {**env, "PGAPPNAME": WEB_APP_NAME},
-                log,
-            )
-            client = Client(port, login["session"], login["api_token"])
+            gunicorn = start_gunicorn(port, {**env, "PGAPPNAME": WEB_APP_NAME}, log)
+            client = Client(port, login["session"], login["api_token"], METRICS_TOKEN)
             wait_until_serving(client, gunicorn, timeout=120)
             for request in request_plan(client, history["urls"]):
                 measure_request(client, request, instance.repeat, gunicorn, admin_url, url_db(url))
@@ -945,8 +816,11 @@ def run_instance(instance: Instance) -> InstanceFigures:
                     f"{request.bytes} B {request.note}"
                 )
         figures.watcher.peak_rss_bytes_end = tree_peak_rss(watcher.pid)
+        figures.watcher.db_connections_peak = connections.stop()
         return figures
     finally:
+        if connections is not None:
+            connections.stop()
         stop(gunicorn)
         stop(watcher)
         stop(fleet)
@@ -956,14 +830,6 @@ def run_instance(instance: Instance) -> InstanceFigures:
 
 def url_db(url: str) -> str:
     return urlsplit(url).path.lstrip("/")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -1036,14 +902,14 @@ def report(results: list[InstanceFigures], repeat: int) -> str:
         "gunicorn workers per request; peak: the larger worker's peak RSS afterwards.",
         "",
         f"| what | median ms {a} | {b} | ratio | p95 ms {a} | {b} | db ms {a} | {b} "
-        f"| app ms {a} | {b} | bytes {a} | {b} | peak MiB {b} | target | result |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        f"| app ms {a} | {b} | bytes {a} | {b} | peak MiB {a} | {b} | target | result |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     by_label = {request.label: request for request in small.requests}
     for big in large.requests:
         little = by_label.get(big.label)
         if little is None:
-            lines.append(f"| {big.label} | | {fmt(big.median_ms)} | | | | | | | | | | | | ? |")
+            lines.append(f"| {big.label} | | {fmt(big.median_ms)} | | | | | | | | | | | | | ? |")
             continue
         result, targets = request_verdict(little, big)
         lines.append(
@@ -1053,7 +919,8 @@ def report(results: list[InstanceFigures], repeat: int) -> str:
             f"| {fmt(little.db_cpu_ms, 1)} | {fmt(big.db_cpu_ms, 1)} "
             f"| {fmt(little.app_cpu_ms, 1)} | {fmt(big.app_cpu_ms, 1)} "
             f"| {fmt_bytes(little.bytes)} | {fmt_bytes(big.bytes)} "
-            f"| {fmt(big.worker_peak_rss_mb)} | {targets} | {result} |"
+            f"| {fmt(little.worker_peak_rss_mb)} | {fmt(big.worker_peak_rss_mb)} "
+            f"| {targets} | {result} |"
         )
 
     es, el = small.evaluation, large.evaluation
@@ -1085,6 +952,12 @@ def report(results: list[InstanceFigures], repeat: int) -> str:
         f"| db CPU ms per run | {fmt(median_of(es.db_cpu_ms), 1)} "
         f"| {fmt(median_of(el.db_cpu_ms), 1)} "
         f"| {fmt_ratio(ratio(median_of(es.db_cpu_ms), median_of(el.db_cpu_ms)))} | | |",
+        f"| lease rows read by one run (PostgreSQL's count) | {fmt(es.lease_rows_read)} "
+        f"| {fmt(el.lease_rows_read)} | {fmt_ratio(ratio(es.lease_rows_read, el.lease_rows_read))} "
+        "| | |",
+        f"| peak RSS of the evaluating process | {fmt_bytes(es.peak_rss_bytes)} "
+        f"| {fmt_bytes(el.peak_rss_bytes)} "
+        f"| {fmt_ratio(ratio(es.peak_rss_bytes, el.peak_rss_bytes))} | | |",
         f"| first run ms (opens the incidents) / queries | {fmt(es.first_ms)} / "
         f"{es.first_queries:,} | {fmt(el.first_ms)} / {el.first_queries:,} | | | |",
     ]
@@ -1126,26 +999,32 @@ def report(results: list[InstanceFigures], repeat: int) -> str:
         f"| peak RSS per stored Lease and Node | {fmt_bytes(ws.bytes_per_object)} "
         f"| {fmt_bytes(wl.bytes_per_object)} | | {memory_targets} | {memory_result} |",
         f"| each further Lease or Node ({a} → {b}) | | {fmt_bytes(marginal)} | | | |",
+        f"| its PostgreSQL backends' CPU s until then | {fmt(ws.db_cpu_seconds, 1)} "
+        f"| {fmt(wl.db_cpu_seconds, 1)} | {fmt_ratio(ratio(ws.db_cpu_seconds, wl.db_cpu_seconds))} "
+        "| | |",
+        f"| watcher DB connections (peak until stored / all along) "
+        f"| {ws.db_connections_sync} / {ws.db_connections_peak} "
+        f"| {wl.db_connections_sync} / {wl.db_connections_peak} | | | |",
+        f"| watcher DB connections per cluster (peak) "
+        f"| {fmt(ws.db_connections_peak / small.clusters, 2)} "
+        f"| {fmt(wl.db_connections_peak / large.clusters, 2)} | | "
+        f"{WATCHER_CONNECTIONS_PER_CLUSTER} before issue 22 | |",
     ]
     lines += [
         "",
         "Setup (seconds): "
-        + "; ".join(
-            f"{size_label(result.size)}: "
-            + ", ".join(f"{phase} {seconds}" for phase, seconds in result.phases_seconds.items())
-            for result in results
-        ),
-    ]
-    lines += [
+        + per_size(results, lambda result: [f"{p} {s}" for p, s in result.phases_seconds.items()]),
         "",
-        "Rows: "
-        + "; ".join(
-            f"{size_label(result.size)}: "
-            + ", ".join(f"{count:,} {name}" for name, count in result.rows.items())
-            for result in results
-        ),
+        "Rows: " + per_size(results, lambda result: [f"{c:,} {n}" for n, c in result.rows.items()]),
     ]
     return "\n".join(lines)
+
+
+def per_size(results: list[InstanceFigures], items: Callable[[InstanceFigures], list[str]]) -> str:
+    """`2k: a, b; 100k: c, d` of each size's items."""
+    return "; ".join(
+        f"{size_label(result.size)}: " + ", ".join(items(result)) for result in results
+    )
 
 
 def as_json(
@@ -1195,6 +1074,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--keep-databases", action="store_true")
+    add_database_option(parser)
     parser.add_argument(
         "--env",
         action="append",
@@ -1226,6 +1106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 extra_env=extra_env,
                 watcher_env=watcher_env,
                 keep_database=args.keep_databases,
+                db_prefix=args.db_prefix,
+                watcher_connections_per_cluster=(
+                    results[-1].watcher.db_connections_peak / args.clusters if results else None
+                ),
             )
             results.append(run_instance(instance))
     seconds = time.monotonic() - started

@@ -1,17 +1,18 @@
 """Benchmark: the lease pages at 2,000 and at 100,000 leases, in one run, uncached.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/lease_pages.py
-        [--sizes 2000,100000] [--repeat 7] [--explain]
+        [--sizes 2000,100000] [--repeat 7] [--explain] [--db-prefix bench_]
 
 Builds a fleet of 50 clusters (98 % node heartbeat leases, 2 % leader elections, some of
 them leader-k8s slot groups, holder history for the elections, about 1 % expired and a few
-flapping) in database `bench_table_pages` (dropped and re-created), grows it from one size
-to the next, and for each page and region the Leases pages serve (the Leases page, its
-table region problems first, unfiltered and filtered, its second page and the cluster
-order, a lease page, the groups page, a group page, the API's first pages) prints the
-median and p95 time of `--repeat` requests through Django's test client (no gunicorn, no
-shared cache), the queries per request and their database time, and the ratio of the
-largest size to the smallest. Targets (issue 22): at most 2x, and under 300 ms.
+flapping) in database `<db-prefix>table_pages` (`bench_table_pages`: dropped and
+re-created), grows it from one size to the next, and for each page and region the Leases
+pages serve (the Leases page, its table region problems first, unfiltered and filtered, its
+second page and the cluster order, a lease page, the groups page, a group page, the API's
+first pages) prints the median and p95 time of `--repeat` requests through Django's test
+client (no gunicorn, no shared cache), the queries per request and their database time, and
+the ratio of the largest size to the smallest. Targets (issue 22): at most 2x, and under
+300 ms.
 `--explain` prints PostgreSQL's plan of the table region's statement at each size.
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -31,9 +31,13 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.benchdb import create_bench_database, drop_bench_database  # noqa: E402
+from bench.benchdb import (  # noqa: E402
+    add_database_option,
+    create_bench_database,
+    drop_bench_database,
+)
+from bench.serving import percentile, timed_client_gets  # noqa: E402
 
-BENCH_DATABASE = "bench_table_pages"
 CLUSTERS = 50
 ELECTION_SHARE = 50  # one lease in 50 is a leader election
 FILTERED = "cluster=edge-07&class=node_heartbeat&state=held"
@@ -51,16 +55,14 @@ def grow(start: int, stop: int) -> None:
     """Leases number `start` .. `stop` of the fleet, spread over the clusters."""
     from django.utils import timezone
 
-    from dashboard.natural import natural_key
-    from leases.classify import classify_lease
-    from leases.models import KubeCluster, Lease, LeaseLibrary, LeaseTransition, schedule_expiry
+    from bench.fleet_data import flapping, lease_row, store_leases
+    from leases.models import KubeCluster, LeaseTransition
 
     now = timezone.now()
     rng = random.Random(start)
     clusters = list(KubeCluster.objects.order_by("name"))
     leases = []
     for index in range(start, stop):
-        cluster = clusters[index % CLUSTERS]
         number = index // CLUSTERS
         group = ""
         if index % ELECTION_SHARE == 0:
@@ -81,29 +83,22 @@ def grow(start: int, stop: int) -> None:
         if index % 97 == 0:
             renewed, duration = renewed - timedelta(minutes=10), 40
         leases.append(
-            Lease(
-                cluster=cluster,
-                namespace=namespace,
-                name=name,
+            lease_row(
+                clusters[index % CLUSTERS],
+                namespace,
+                name,
                 uid=f"uid-{index}",
-                lease_class=classify_lease(namespace, name, {}),
                 holder=holder,
-                identity=holder,
+                renewed=renewed,
+                duration=duration,
                 acquire_time=renewed - timedelta(hours=1),
-                renew_time=renewed,
-                lease_duration_seconds=duration,
-                expires_at=renewed + timedelta(seconds=duration),
                 lease_transitions=rng.randint(0, 20),
                 resource_version=str(index),
-                observed_at=renewed,
-                name_key=natural_key(name),
-                library=LeaseLibrary.LEADER_K8S if group else LeaseLibrary.PLAIN,
                 group_name=group,
                 group_slot=(number // 4) % 4 if group else None,
             )
         )
-    created = Lease.objects.bulk_create(leases, batch_size=5_000)
-    schedule_expiry(created)
+    created = store_leases(leases)
     elections = [lease.pk for lease in created if lease.lease_class != "node_heartbeat"]
     history = [
         LeaseTransition(
@@ -117,16 +112,7 @@ def grow(start: int, stop: int) -> None:
         for _ in range(5)
     ]
     # A few flap: three holder changes in the last five minutes.
-    history += [
-        LeaseTransition(
-            lease_id=lease_id,
-            from_holder="x",
-            to_holder="y",
-            observed_at=now - timedelta(seconds=rng.uniform(0, 300)),
-        )
-        for lease_id in elections[:: max(1, len(elections) // 10)]
-        for _ in range(3)
-    ]
+    history += flapping(elections[:: max(1, len(elections) // 10)], now, rng)
     LeaseTransition.objects.bulk_create(history, batch_size=5_000)
 
 
@@ -185,27 +171,19 @@ def next_page(web: Any) -> str:
 
 
 def measure(repeat: int) -> dict[str, Figure]:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     web, api = client()
     clients = {"web": web, "api": api}
     figures = {}
     for name, (which, path, headers) in targets().items():
         if path == "next":
             path = next_page(web)
-        times, queries, database = [], 0, 0.0
-        for _ in range(repeat):
-            with CaptureQueriesContext(connection) as captured:
-                started = time.perf_counter()
-                response = clients[which].get(path, **headers)
-                times.append((time.perf_counter() - started) * 1000)
-            assert response.status_code == 200, (name, response.status_code)
-            queries = len(captured)
-            database = sum(float(query["time"]) for query in captured.captured_queries) * 1000
-        times.sort()
+        sample = timed_client_gets(clients[which], path, repeat, headers)
+        assert sample.status == 200, (name, sample.status)
         figures[name] = Figure(
-            statistics.median(times), times[int(0.95 * (len(times) - 1))], queries, database
+            sample.median_ms,
+            percentile(sample.times_ms, 95),
+            sample.queries,
+            sample.database_ms[-1],
         )
     return figures
 
@@ -238,9 +216,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="2000,100000")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--explain", action="store_true")
+    add_database_option(parser)
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
-    url, admin = create_bench_database(BENCH_DATABASE)
+    database = f"{args.db_prefix}table_pages"
+    url, admin = create_bench_database(database)
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DEBUG", "false")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
@@ -251,35 +231,30 @@ def main() -> None:
 
     django.setup()
     from django.conf import settings
-    from django.core.management import call_command
-    from django.db import connection
     from django.utils import timezone
+
+    from bench.fleet_data import current_clusters, migrate, vacuum_analyze
 
     settings.ALLOWED_HOSTS = ["*"]
     try:
-        call_command("migrate", verbosity=0)
-        call_command("createcachetable", verbosity=0)
-        from leases.models import KubeCluster
-
+        migrate()
         now = timezone.now()
-        for number in range(CLUSTERS):
-            KubeCluster.objects.create(
-                name=f"edge-{number:02d}",
-                connected=True,
-                connected_since=now,
-                last_event_at=now,
-                # Proved current for the whole run (nothing watches these clusters).
-                last_flush_at=now + timedelta(hours=1),
-                leases_as_of=now + timedelta(hours=1),
-                leases_observed_since=now - timedelta(days=1),
-            )
+        current_clusters(
+            [f"edge-{number:02d}" for number in range(CLUSTERS)],
+            now,
+            # Proved current for the whole run (nothing watches these clusters).
+            current_until=now + timedelta(hours=1),
+            observed_since=now - timedelta(days=1),
+            coverage=False,
+            connected_since=now,
+            last_event_at=now,
+        )
         results: dict[int, dict[str, Figure]] = {}
         built = 0
         for size in sizes:
             grow(built, size)
             built = size
-            with connection.cursor() as cursor:
-                cursor.execute("VACUUM ANALYZE")
+            vacuum_analyze()
             if args.explain:
                 explain()
             results[size] = measure(args.repeat)
@@ -303,7 +278,7 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        drop_bench_database(BENCH_DATABASE, admin)
+        drop_bench_database(database, admin)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,6 @@ import os
 import random
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +37,10 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.serving import free_port, lifetime_cpu_seconds, stop, tree_cpu_seconds  # noqa: E402
+
 VENV_BIN = REPO / ".venv" / "bin"
 WRK = shutil.which("wrk") or "/usr/bin/wrk"
 TARGET_FILTERS = "cluster=bench&class=node_heartbeat&state=held"
@@ -153,30 +155,32 @@ def drop_database(url: str) -> None:
 
 def populate(count: int) -> str:
     """Leases like a 14,000-node cluster's, some history; returns a logged-in session key."""
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.auth.models import User
-    from django.contrib.sessions.backends.db import SessionStore
-    from django.core.management import call_command
-    from django.db import connection
     from django.utils import timezone
 
-    from dashboard.natural import natural_key
-    from leases.classify import classify_lease
-    from leases.models import KubeCluster, Lease, LeaseLibrary, LeaseTransition, schedule_expiry
+    from bench.fleet_data import (
+        current_clusters,
+        flapping,
+        lease_row,
+        migrate,
+        store_leases,
+        vacuum_analyze,
+    )
+    from bench.serving import signed_in_session
+    from leases.models import Lease, LeaseLibrary, LeaseTransition
 
-    call_command("migrate", verbosity=0)
-    call_command("createcachetable", verbosity=0)
+    migrate()
     now = timezone.now()
     random.seed(7)
-    # The watcher keeps last_flush_at fresh in real life; a far-future flush keeps the
-    # benchmark's cluster "live" for the whole run, so the page renders as it usually does.
-    cluster = KubeCluster.objects.create(
-        name="bench",
-        connected=True,
-        connected_since=now,
+    # The watcher keeps the cluster proved current in real life; a moment an hour ahead
+    # keeps the benchmark's cluster "live" for the whole run, so the page renders as usual.
+    (cluster,) = current_clusters(
+        ["bench"],
+        now,
+        current_until=now + timedelta(hours=1),
+        observed_since=now,
+        coverage=False,
         last_event_at=now,
-        last_flush_at=now + timedelta(hours=1),
-        resource_version="1",
     )
     leases = []
     leader_namespaces = [f"team-{index:03d}" for index in range(150)]
@@ -206,28 +210,24 @@ def populate(count: int) -> str:
         leader_k8s = index >= nodes + 3 and index % 3 == 0
         token = f"b4k-{random.getrandbits(128):032x}"[:26] if leader_k8s and holder else ""
         leases.append(
-            Lease(
-                cluster=cluster,
-                namespace=namespace,
-                name=name,
+            lease_row(
+                cluster,
+                namespace,
+                name,
                 uid=f"uid-{index}",
-                lease_class=classify_lease(namespace, name, {}),
                 holder=token or holder,
                 token=token,
+                renewed=renewed,
+                duration=duration,
                 acquire_time=renewed - timedelta(hours=1),
-                renew_time=renewed,
-                lease_duration_seconds=duration,
-                expires_at=renewed + timedelta(seconds=duration),
                 lease_transitions=random.randint(0, 20),
                 resource_version=str(index),
-                observed_at=renewed,
-                name_key=natural_key(name),
                 library=LeaseLibrary.LEADER_K8S if leader_k8s else LeaseLibrary.PLAIN,
                 identity=f"{holder} / audit" if token else holder,
             )
         )
     # As the watcher writes them: each lease with its expiry schedule (LeaseDeadline).
-    schedule_expiry(Lease.objects.bulk_create(leases, batch_size=2_000))
+    store_leases(leases, batch_size=2_000)
     leaders = list(Lease.objects.exclude(namespace="kube-node-lease").values_list("id", flat=True))
     history = [
         LeaseTransition(
@@ -243,37 +243,11 @@ def populate(count: int) -> str:
     node_ids = list(
         Lease.objects.filter(namespace="kube-node-lease").values_list("id", flat=True)[:400]
     )
-    history += [
-        LeaseTransition(
-            lease_id=lease_id,
-            from_holder="x",
-            to_holder="y",
-            observed_at=now - timedelta(seconds=random.uniform(0, 300)),
-        )
-        for lease_id in node_ids
-        for _ in range(3)
-    ]
+    history += flapping(node_ids, now, random)
     LeaseTransition.objects.bulk_create(history, batch_size=2_000)
-    with connection.cursor() as cursor:
-        # As autovacuum leaves a table after a bulk load: statistics, and a visibility map
-        # that lets the per-row holder-change counts read the index alone.
-        cursor.execute("VACUUM ANALYZE")
-
-    user = User.objects.create_user("bench")
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
+    vacuum_analyze()
     # The password backend, as a form login would record (not the throttling one, first).
-    session[BACKEND_SESSION_KEY] = "dashboard.oidc.PasswordBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
-    assert session.session_key is not None
-    return session.session_key
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return signed_in_session(User.objects.create_user("bench"))
 
 
 def wait_until_up(url: str, session: str, timeout: float = 30.0) -> str:
@@ -354,40 +328,6 @@ def start_gunicorn(
     )
 
 
-def stop(gunicorn: subprocess.Popen[bytes]) -> None:
-    os.killpg(gunicorn.pid, signal.SIGTERM)
-    try:
-        gunicorn.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(gunicorn.pid, signal.SIGKILL)
-        gunicorn.wait()
-
-
-def _cpu_seconds(pid: int) -> tuple[int, float] | None:
-    """(parent pid, user + system CPU seconds) of a process, from /proc; None once it ended."""
-    try:
-        # After the ")" that ends the command name: state, ppid, ..., utime, stime.
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def server_cpu_seconds(master: int) -> float:
-    """User + system CPU time of gunicorn's master and workers so far, from /proc.
-
-    Requests per second move with whatever else the machine runs; the CPU each request costs
-    in the server barely does, so the two together say whether a change made it cheaper.
-    """
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (found := _cpu_seconds(int(entry.name))) is not None:
-            parent, seconds = found
-            if master in (int(entry.name), parent):
-                total += seconds
-    return total
-
-
 def database_cpu_seconds(url: str) -> float | None:
     """CPU time so far of the PostgreSQL backends serving the benchmark database (the
     gunicorn workers' persistent connections), when the server runs on this machine."""
@@ -398,10 +338,10 @@ def database_cpu_seconds(url: str) -> float | None:
         pids = connection.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = %s", [name]
         ).fetchall()
-    found = [_cpu_seconds(pid) for (pid,) in pids]
+    found = [lifetime_cpu_seconds(pid) for (pid,) in pids]
     if not pids or any(cpu is None for cpu in found):
         return None  # another machine's, or a backend came or went meanwhile
-    return sum(cpu[1] for cpu in found if cpu is not None)
+    return sum(cpu for cpu in found if cpu is not None)
 
 
 def measure(
@@ -420,10 +360,10 @@ def measure(
         run_wrk(url, script, 4, 3)  # warm-up: every worker connects and compiles templates
         results = []
         for connections_count in [int(c) for c in args.connections.split(",")]:
-            cpu_before = server_cpu_seconds(gunicorn.pid)
+            cpu_before = tree_cpu_seconds(gunicorn.pid)
             db_before = database_cpu_seconds(args.database_url)
             result = run_wrk(url, script, connections_count, args.duration)
-            cpu_ms = (server_cpu_seconds(gunicorn.pid) - cpu_before) * 1000 / result.requests
+            cpu_ms = (tree_cpu_seconds(gunicorn.pid) - cpu_before) * 1000 / result.requests
             db_after = database_cpu_seconds(args.database_url)
             db_ms = (
                 f"{(db_after - db_before) * 1000 / result.requests:>9.2f}"
@@ -439,7 +379,7 @@ def measure(
             results.append(result)
         return results
     finally:
-        stop(gunicorn)
+        stop(gunicorn, timeout=15)
 
 
 def compare(order: str, by_cache: dict[str, list[Result]], uncached_before: float | None) -> None:

@@ -1,13 +1,15 @@
 """Benchmark: `/metrics` and one alert evaluation at 2,000 and 100,000 leases, in one run.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \\
-        .venv/bin/python bench/metrics_scale.py [--sizes 2000,100000] [--clusters 50]
+        .venv/bin/python bench/metrics_scale.py [--sizes 2000,100000] [--clusters 50] \\
+        [--db-prefix bench_]
 
-For each size a child process gets a database of its own (`bench_metrics_<size>`, dropped
-and re-created on the server of DATABASE_URL), migrates it and bulk-loads a fleet like the
-one of issue 22: 50 clusters, mostly node heartbeat leases, 2 % election leases (three
-control-plane leases per cluster, the rest leader elections, one leader-k8s slot group of
-three per cluster), each election lease with a week of holder spans and transitions, each
+For each size a child process gets a database of its own (`<db-prefix>metrics_<size>`,
+`bench_metrics_<size>` by default, dropped and re-created on the server of DATABASE_URL),
+migrates it and bulk-loads a fleet like the one of issue 22 (bench/fleet_data.py builds the
+rows): 50 clusters, mostly node heartbeat leases, 2 % election leases (three control-plane
+leases per cluster, the rest leader elections, one leader-k8s slot group of three per
+cluster), each election lease with a week of holder spans and transitions, each
 cluster watched for the last eight days. Healthy leases are renewed with an hour-long
 duration, so their state does not drift while the benchmark runs.
 
@@ -30,7 +32,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -40,6 +41,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench.benchdb import add_database_option  # noqa: E402
+from bench.serving import percentile  # noqa: E402
 
 TROUBLED_NODES = 20
 TROUBLED_LEADERS = 5
@@ -53,6 +57,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sizes", default="2000,100000", help="comma-separated lease counts")
     parser.add_argument("--clusters", type=int, default=50)
     parser.add_argument("--keep-database", action="store_true")
+    add_database_option(parser)
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -61,48 +66,29 @@ def parse_args() -> argparse.Namespace:
 
 
 def populate(total: int, clusters: int) -> None:
-    from django.core.management import call_command
     from django.utils import timezone
 
-    from dashboard.natural import natural_key
-    from leases.classify import classify_lease
-    from leases.models import (
-        KubeCluster,
-        Lease,
-        LeaseHolderSpan,
-        LeaseTransition,
-        WatchCoverage,
+    from bench.fleet_data import (
+        current_clusters,
+        lease_row,
+        migrate,
+        store_history,
+        store_leases,
+        tenure,
+        vacuum_analyze,
     )
+    from leases.models import Lease, LeaseTransition, schedule_expiry
 
-    try:
-        from leases.models import schedule_expiry
-    except ImportError:  # before the expiry schedule (the "before" figures)
-        schedule_expiry = None
-
-    call_command("migrate", verbosity=0)
-    call_command("createcachetable", verbosity=0)
+    migrate()
     random.seed(22)
     now = timezone.now()
-    rows = [
-        KubeCluster(
-            name=f"cluster-{index:02d}",
-            connected=True,
-            connected_since=now - timedelta(days=8),
-            last_event_at=now,
-            last_flush_at=now,
-            leases_as_of=now,
-            nodes_as_of=now,
-            leases_observed_since=now - timedelta(days=8),
-            nodes_observed_since=now - timedelta(days=8),
-            resource_version="1",
-            events_total=1000 * index,
-        )
-        for index in range(clusters)
-    ]
-    fleet = KubeCluster.objects.bulk_create(rows)
-    WatchCoverage.objects.bulk_create(
-        WatchCoverage(cluster=c, started_at=now - timedelta(days=8), last_seen_at=now)
-        for c in fleet
+    fleet = current_clusters(
+        [f"cluster-{index:02d}" for index in range(clusters)],
+        now,
+        current_until=now,
+        observed_since=now - timedelta(days=8),
+        connected_since=now - timedelta(days=8),
+        last_event_at=now,
     )
     per_cluster = total // clusters
     elections = max(4 + 3, round(per_cluster * 0.02))
@@ -135,30 +121,25 @@ def populate(total: int, clusters: int) -> None:
                 renewed, duration = now - timedelta(seconds=300), 40
             else:
                 renewed, duration = now - timedelta(seconds=random.uniform(0, 10)), 3600
+            slot = name.startswith("jobs-slot-")
             leases.append(
-                Lease(
-                    cluster=cluster,
-                    namespace=namespace,
-                    name=name,
+                lease_row(
+                    cluster,
+                    namespace,
+                    name,
                     uid=f"{cluster.pk}-{index}",
-                    lease_class=classify_lease(namespace, name, {}),
                     holder=holder,
-                    identity=holder,
+                    renewed=renewed,
+                    duration=duration,
                     acquire_time=now - timedelta(days=2),
-                    renew_time=renewed,
-                    lease_duration_seconds=duration,
-                    expires_at=renewed + timedelta(seconds=duration),
                     lease_transitions=3,
                     resource_version=str(index + 2),
                     created_at=now - timedelta(days=9),
-                    observed_at=renewed,
-                    name_key=natural_key(name),
-                    group_name="jobs" if name.startswith("jobs-slot-") else "",
-                    group_slot=int(name.rsplit("-", 1)[1]) if name.startswith("jobs-") else None,
-                    library="leader_k8s" if name.startswith("jobs-slot-") else "plain",
+                    group_name="jobs" if slot else "",
+                    group_slot=int(name.rsplit("-", 1)[1]) if slot else None,
                 )
             )
-    Lease.objects.bulk_create(leases, batch_size=5000)
+    store_leases(leases)
     election = list(Lease.objects.exclude(lease_class="node_heartbeat").order_by("id"))
     expired = random.sample(election, TROUBLED_LEADERS)
     Lease.objects.filter(pk__in=[lease.pk for lease in expired]).update(
@@ -166,11 +147,10 @@ def populate(total: int, clusters: int) -> None:
         expires_at=now - timedelta(seconds=285),
         lease_duration_seconds=15,
     )
-    if schedule_expiry is not None:
-        # bulk_create and update() skip Lease.save: the schedule is written as ingest does.
-        schedule_expiry(Lease.objects.only("holder", "expires_at", "lease_duration_seconds"))
-    spans: list[LeaseHolderSpan] = []
-    transitions: list[LeaseTransition] = []
+    # update() skips Lease.save: their schedule is written again as ingest does.
+    schedule_expiry(Lease.objects.filter(pk__in=[lease.pk for lease in expired]))
+    spans = []
+    transitions = []
     for lease in election:
         starts = [
             now - timedelta(days=7, hours=1),
@@ -179,22 +159,15 @@ def populate(total: int, clusters: int) -> None:
         ]
         for number, start in enumerate(starts):
             last = number == len(starts) - 1
-            spans.append(
-                LeaseHolderSpan(
-                    lease=lease,
-                    holder=lease.holder if last else f"old-{number}",
-                    started_at=start,
-                    ended_at=None if last else starts[number + 1] - timedelta(seconds=20),
-                )
+            span, transition = tenure(
+                lease.pk,
+                lease.holder if last else f"old-{number}",
+                start,
+                None if last else starts[number + 1] - timedelta(seconds=20),
+                previous=f"old-{number - 1}" if number else "",
             )
-            transitions.append(
-                LeaseTransition(
-                    lease=lease,
-                    from_holder=f"old-{number - 1}" if number else "",
-                    to_holder=lease.holder if last else f"old-{number}",
-                    observed_at=start,
-                )
-            )
+            spans.append(span)
+            transitions.append(transition)
     for lease in random.sample(election, FLAPPING):
         for step in range(5):
             transitions.append(
@@ -215,12 +188,8 @@ def populate(total: int, clusters: int) -> None:
                 fencing_reused=True,
             )
         )
-    LeaseHolderSpan.objects.bulk_create(spans, batch_size=5000)
-    LeaseTransition.objects.bulk_create(transitions, batch_size=5000)
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE")
+    store_history(spans, transitions)
+    vacuum_analyze()
 
 
 def prove_current() -> None:
@@ -232,19 +201,6 @@ def prove_current() -> None:
     KubeCluster.objects.update(leases_as_of=now, nodes_as_of=now, last_flush_at=now)
 
 
-def lease_rows_read() -> int:
-    """Rows of the leases table read so far in this transaction (PostgreSQL's own count)."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
-            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_lease'"
-        )
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
 def measure() -> dict[str, Any]:
     from django.db import connection, transaction
     from django.test import Client
@@ -253,6 +209,7 @@ def measure() -> dict[str, Any]:
 
     from alerts.evaluation import run_evaluation
     from alerts.expiry_schedule import next_lease_due
+    from bench.fleet_data import lease_rows_read
 
     client = Client()
     times: list[float] = []
@@ -316,15 +273,10 @@ def child(size: int, clusters: int) -> None:
     load_seconds = time.perf_counter() - started
     figures = measure()
     figures["load_seconds"] = round(load_seconds, 1)
-    print("RESULT " + json.dumps(figures))
+    print(json.dumps(figures))
 
 
 # --- the parent: one child per size, then the table ----------------------------------------
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
 def main() -> None:
@@ -332,41 +284,24 @@ def main() -> None:
     if args.child:
         child(args.child, args.clusters)
         return
-    from bench.benchdb import create_bench_database, drop_bench_database
+    from bench.benchdb import child_per_size
 
     sizes = [int(size) for size in args.sizes.split(",")]
-    results: dict[int, dict[str, Any]] = {}
-    for size in sizes:
-        name = f"bench_metrics_{size}"
-        url, admin = create_bench_database(name)
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("REDIS_")},
-            "DATABASE_URL": url,
-            "DJANGO_ENV": "development",
-            "DEBUG": "false",
-        }
-        try:
-            done = subprocess.run(
-                [sys.executable, __file__, "--child", str(size), "--clusters", str(args.clusters)],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=False,
-                cwd=REPO,
-            )
-            if done.returncode != 0:
-                sys.exit(f"size {size} failed:\n{done.stdout}\n{done.stderr}")
-            line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-            results[size] = json.loads(line.removeprefix("RESULT "))
-        finally:
-            if not args.keep_database:
-                drop_bench_database(name, admin)
+    results = child_per_size(
+        __file__,
+        sizes,
+        lambda size: f"{args.db_prefix}metrics_{size}",
+        ["--clusters", str(args.clusters)],
+        {"DJANGO_ENV": "development", "DEBUG": "false"},
+        keep=args.keep_database,
+    )
     for size, figures in results.items():
         loaded = figures["load_seconds"]
         print(f"\n== {size:,} leases, {args.clusters} clusters (loaded in {loaded} s)")
         print(
             f"/metrics: median {statistics.median(figures['metrics_ms']):.1f} ms, "
-            f"p95 {p95(figures['metrics_ms']):.1f} ms, {figures['metrics_bytes']:,} bytes, "
+            f"p95 {percentile(figures['metrics_ms'], 95):.1f} ms, "
+            f"{figures['metrics_bytes']:,} bytes, "
             f"(gzip: {figures['metrics_gzip_bytes'] or 'not offered'}), "
             f"{figures['metrics_series']:,} series, {figures['metrics_queries']} queries"
         )
@@ -374,7 +309,8 @@ def main() -> None:
         print(f"  largest families: {largest}")
         print(
             f"evaluation: median {statistics.median(figures['eval_ms']):.1f} ms, "
-            f"p95 {p95(figures['eval_ms']):.1f} ms, {figures['eval_queries']} queries, "
+            f"p95 {percentile(figures['eval_ms'], 95):.1f} ms, "
+            f"{figures['eval_queries']} queries, "
             f"{figures['eval_lease_rows_read']:,} lease rows read, "
             f"{figures['open_incidents']} open incidents"
         )

@@ -2,16 +2,19 @@
 HTMX regions) cost at two fleet sizes, uncached, through Django's test client.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \\
-        .venv/bin/python bench/pages_cost.py [--sizes 2000,100000] [--clusters 50] [--runs 5]
+        .venv/bin/python bench/pages_cost.py [--sizes 2000,100000] [--clusters 50] [--runs 5] \\
+        [--db-prefix bench_]
 
-For each size it (re)creates a database `bench_pages_<size>`, migrates it and bulk-loads a
-fleet over `--clusters` clusters: node heartbeat leases (most of them), a few % election
-leases with holder history (spans, transitions, watch coverage), one Node per heartbeat lease
-over a fifth of them (20,000 Nodes at 100,000 leases), one NKS cluster per Kubernetes cluster
-with its nodegroups and health samples, and open incidents. Then it renders each page and
-region `--runs` times in a child process of its own and prints, per size, the median and
-worst time, the number of queries and their database time; and at the end the ratio of the
-largest size to the smallest. The shared cache is off (LEASE_TABLE_CACHE_SECONDS=0).
+For each size it (re)creates a database `<db-prefix>pages_<size>` (`bench_pages_<size>` by
+default), migrates it and bulk-loads a fleet over `--clusters` clusters (bench/fleet_data.py
+builds the rows): node heartbeat leases (most of them) with their expiry schedule, a few %
+election leases with holder history (spans, transitions, watch coverage), one Node per
+heartbeat lease over a fifth of them (20,000 Nodes at 100,000 leases), one NKS cluster per
+Kubernetes cluster with its nodegroups and health samples, and open incidents. Then it
+renders each page and region `--runs` times in a child process of its own and prints, per
+size, the median and worst time, the number of queries and their database time; and at the
+end the ratio of the largest size to the smallest. The shared cache is off
+(LEASE_TABLE_CACHE_SECONDS=0).
 """
 
 from __future__ import annotations
@@ -21,15 +24,16 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench.benchdb import add_database_option  # noqa: E402
+from bench.serving import timed_client_gets  # noqa: E402
 
 # Election leases are a few % of a fleet's leases; node heartbeats are the rest.
 ELECTION_SHARE = 0.03
@@ -40,54 +44,39 @@ INCIDENTS_PER_LEASE = 0.002
 
 def populate(size: int, clusters: int) -> dict[str, str]:
     """The fleet of `size` leases; returns the paths to measure (and the session key)."""
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.auth.models import User
-    from django.contrib.sessions.backends.db import SessionStore
-    from django.core.management import call_command
-    from django.db import connection
     from django.utils import timezone
 
-    from alerts.models import Incident, IncidentState, Rule, Severity
-    from dashboard.natural import natural_key
-    from leases.classify import classify_lease
-    from leases.models import (
-        ConditionStatus,
-        KubeCluster,
-        Lease,
-        LeaseHolderSpan,
-        LeaseLibrary,
-        LeaseTransition,
-        Node,
-        NodeReadyChange,
-        WatchCoverage,
+    from alerts.models import Incident
+    from bench.fleet_data import (
+        current_clusters,
+        lease_incident,
+        lease_row,
+        migrate,
+        nks_account,
+        nks_cluster_row,
+        node_row,
+        nodegroup_row,
+        store_history,
+        store_leases,
+        tenure,
+        vacuum_analyze,
     )
-    from nks.models import HealthSample, NksAccount, NksCluster, NksNodegroup
+    from bench.serving import signed_in_session
+    from leases.models import ConditionStatus, Lease, Node, NodeReadyChange
+    from nks.models import HealthSample, NksCluster, NksNodegroup, ResizeRequest
 
-    call_command("migrate", verbosity=0)
-    call_command("createcachetable", verbosity=0)
+    migrate()
     random.seed(size)
     now = timezone.now()
     ahead = now + timedelta(hours=2)  # nothing renews during the run: keep the data current
-    kube = KubeCluster.objects.bulk_create(
-        KubeCluster(
-            name=f"c{index:02d}",
-            connected=True,
-            connected_since=now - timedelta(days=2),
-            last_event_at=ahead,
-            last_flush_at=ahead,
-            last_list_at=now - timedelta(days=2),
-            resource_version="1",
-            leases_as_of=ahead,
-            nodes_as_of=ahead,
-            leases_observed_since=now - timedelta(days=2),
-            nodes_observed_since=now - timedelta(days=2),
-            nodes_watch="watching",
-        )
-        for index in range(clusters)
-    )
-    WatchCoverage.objects.bulk_create(
-        WatchCoverage(cluster=cluster, started_at=now - timedelta(days=2), last_seen_at=ahead)
-        for cluster in kube
+    kube = current_clusters(
+        [f"c{index:02d}" for index in range(clusters)],
+        now,
+        current_until=ahead,
+        observed_since=now - timedelta(days=2),
+        last_list_at=now - timedelta(days=2),
+        nodes_watch="watching",
     )
     per_cluster = size // clusters
     elections = max(1, int(per_cluster * ELECTION_SHARE))
@@ -113,46 +102,38 @@ def populate(size: int, clusters: int) -> dict[str, str]:
             if index % 211 == 3:
                 holder = ""
             leases.append(
-                Lease(
-                    cluster=cluster,
-                    namespace=namespace,
-                    name=name,
+                lease_row(
+                    cluster,
+                    namespace,
+                    name,
                     uid=f"{cluster.pk}-{index}",
-                    lease_class=classify_lease(namespace, name, {}),
                     holder=holder,
+                    renewed=renewed,
+                    duration=duration,
                     acquire_time=renewed - timedelta(hours=1),
-                    renew_time=renewed,
-                    lease_duration_seconds=duration,
-                    expires_at=renewed + timedelta(seconds=duration),
                     lease_transitions=3,
                     resource_version=str(index),
                     created_at=now - timedelta(days=3),
-                    observed_at=renewed,
-                    name_key=natural_key(name),
-                    library=LeaseLibrary.PLAIN,
-                    identity=holder,
                 )
             )
             if not election and index - elections < nodes:
-                group = f"ng-{(index - elections) % NODEGROUPS_PER_CLUSTER}"
                 node_rows.append(
-                    Node(
-                        cluster=cluster,
-                        name=name,
-                        uid=f"n-{cluster.pk}-{index}",
+                    node_row(
+                        cluster,
+                        name,
                         provider_id=f"openstack:///{cluster.pk:04d}{index:08d}",
+                        nodegroup=f"ng-{(index - elections) % NODEGROUPS_PER_CLUSTER}",
+                        ready=index % 101 != 0,
+                        observed_at=now,
+                        uid=f"n-{cluster.pk}-{index}",
                         conditions={"Ready": {"status": "True", "reason": "KubeletReady"}},
-                        ready=ConditionStatus.FALSE if index % 101 == 0 else ConditionStatus.TRUE,
                         ready_since=now - timedelta(days=1),
-                        nodegroup_label=group,
-                        labels={"magnum.openstack.org/nodegroup": group},
                         kubelet_version="v1.30.1",
                         internal_address="10.0.0.1",
                         created_at=now - timedelta(days=3),
-                        observed_at=now,
                     )
                 )
-    Lease.objects.bulk_create(leases, batch_size=5_000)
+    store_leases(leases)
     Node.objects.bulk_create(node_rows, batch_size=5_000)
     election_ids = list(
         Lease.objects.exclude(namespace="kube-node-lease").values_list("id", flat=True)
@@ -163,27 +144,18 @@ def populate(size: int, clusters: int) -> dict[str, str]:
         start = now - timedelta(days=2)
         for turn in range(6):
             end = start + timedelta(hours=8)
-            spans.append(
-                LeaseHolderSpan(
-                    lease_id=lease_id,
-                    holder=f"pod-{turn}",
-                    identity=f"pod-{turn}",
-                    started_at=start,
-                    ended_at=None if turn == 5 else end,
-                )
+            span, transition = tenure(
+                lease_id,
+                f"pod-{turn}",
+                start,
+                None if turn == 5 else end,
+                previous=f"pod-{turn - 1}",
+                lease_transitions=turn,
             )
-            transitions.append(
-                LeaseTransition(
-                    lease_id=lease_id,
-                    from_holder=f"pod-{turn - 1}",
-                    to_holder=f"pod-{turn}",
-                    observed_at=start,
-                    lease_transitions=turn,
-                )
-            )
+            spans.append(span)
+            transitions.append(transition)
             start = end + timedelta(seconds=random.choice([0, 0, 30, 600]))
-    LeaseHolderSpan.objects.bulk_create(spans, batch_size=5_000)
-    LeaseTransition.objects.bulk_create(transitions, batch_size=5_000)
+    store_history(spans, transitions)
     node_ids = list(Node.objects.values_list("id", flat=True)[: max(10, len(node_rows) // 50)])
     NodeReadyChange.objects.bulk_create(
         (
@@ -199,40 +171,22 @@ def populate(size: int, clusters: int) -> dict[str, str]:
         batch_size=5_000,
     )
 
-    account = NksAccount.objects.create(name="bench", api_url="https://nks.example.com")
+    account = nks_account(now, name="bench")
     nks_clusters = NksCluster.objects.bulk_create(
-        NksCluster(
-            account=account,
-            uuid=f"00000000-0000-0000-0000-{cluster.pk:012d}",
-            name=cluster.name,
-            status="CREATE_COMPLETE",
-            health_status="HEALTHY",
-            health="healthy",
-            freshness="FRESH",
-            health_timestamp=now,
-            api_ok=True,
-            node_count=nodes,
-            nodes_ready=nodes,
-            nodes_not_ready=0,
-            polled_at=now,
-            refreshed_at=now,
-            kube_cluster=cluster,
+        nks_cluster_row(
+            account, cluster, f"00000000-0000-0000-0000-{cluster.pk:012d}", nodes, nodes, now
         )
         for cluster in kube
     )
     NksNodegroup.objects.bulk_create(
-        NksNodegroup(
-            cluster=nks_cluster,
-            uuid=f"ng-{nks_cluster.pk}-{group}",
-            name=f"ng-{group}",
-            role="worker",
-            status="UPDATE_COMPLETE",
-            node_count=nodes // NODEGROUPS_PER_CLUSTER,
+        nodegroup_row(
+            nks_cluster,
+            f"ng-{nks_cluster.pk}-{group}",
+            f"ng-{group}",
+            nodes // NODEGROUPS_PER_CLUSTER,
+            now,
             min_node_count=1,
             max_node_count=10_000,
-            ready=nodes // NODEGROUPS_PER_CLUSTER,
-            not_ready=0,
-            polled_at=now,
         )
         for nks_cluster in nks_clusters
         for group in range(NODEGROUPS_PER_CLUSTER)
@@ -251,32 +205,21 @@ def populate(size: int, clusters: int) -> dict[str, str]:
     )
     incidents = max(5, int(size * INCIDENTS_PER_LEASE))
     Incident.objects.bulk_create(
-        Incident(
-            rule=Rule.LEASE_EXPIRED,
-            key=f"lease_expired:c00/kube-node-lease/node-{index:05d}",
-            state=IncidentState.FIRING if index % 2 else IncidentState.RESOLVED,
-            severity=Severity.WARNING,
-            cluster="c00",
-            title=f"Lease kube-node-lease/node-{index:05d} expired",
+        lease_incident(
+            "c00",
+            "kube-node-lease",
+            f"node-{index:05d}",
             since=now - timedelta(minutes=index),
+            resolved_at=None if index % 2 else now,
             opened_at=now - timedelta(minutes=index),
             last_seen_at=now,
-            resolved_at=None if index % 2 else now,
         )
         for index in range(incidents)
     )
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE")
+    vacuum_analyze()
 
     user = User.objects.create_superuser("bench", "bench@example.com", "x")
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "dashboard.oidc.PasswordBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
     first = nks_clusters[0]
-    from nks.models import ResizeRequest
-
     nodegroup = NksNodegroup.objects.filter(cluster=first).order_by("name").first()
     assert nodegroup is not None
     resize = ResizeRequest.objects.create(
@@ -290,7 +233,7 @@ def populate(size: int, clusters: int) -> dict[str, str]:
         state="succeeded",
     )
     return {
-        "session": str(session.session_key),
+        "session": signed_in_session(user),
         "node": f"/leases/clusters/c00/nodes/node-{elections:05d}/",
         "nks_cluster": f"/clusters/{first.uuid}/",
         "nodegroup": f"/clusters/{first.uuid}/nodegroups/{nodegroup.name}/",
@@ -300,25 +243,18 @@ def populate(size: int, clusters: int) -> dict[str, str]:
 
 def existing_paths() -> dict[str, str]:
     """The paths of a fleet loaded earlier (--reuse), with a new session for its user."""
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.auth.models import User
-    from django.contrib.sessions.backends.db import SessionStore
 
+    from bench.serving import signed_in_session
     from leases.models import Node
     from nks.models import NksCluster, ResizeRequest
 
-    user = User.objects.get(username="bench")
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "dashboard.oidc.PasswordBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
     first = NksCluster.objects.order_by("pk").first()
     node = Node.objects.filter(cluster__name="c00").order_by("pk").first()
     resize = ResizeRequest.objects.order_by("pk").first()
     assert first is not None and node is not None and resize is not None
     return {
-        "session": str(session.session_key),
+        "session": signed_in_session(User.objects.get(username="bench")),
         "node": f"/leases/clusters/c00/nodes/{node.name}/",
         "nks_cluster": f"/clusters/{first.uuid}/",
         "nodegroup": f"/clusters/{first.uuid}/nodegroups/{resize.nodegroup_name}/",
@@ -360,34 +296,22 @@ def targets(paths: dict[str, str]) -> list[tuple[str, str, str]]:
 
 
 def measure(paths: dict[str, str], runs: int) -> dict[str, dict[str, float]]:
-    from django.db import connection
     from django.test import Client
-    from django.test.utils import CaptureQueriesContext
 
     client = Client()
     client.cookies["sessionid"] = paths["session"]
     results: dict[str, dict[str, float]] = {}
     for label, path, target in targets(paths):
         headers = {"HX-Request": "true", "HX-Target": target} if target else {}
-        times, db_times, queries = [], [], 0
-        for turn in range(runs + 1):
-            with CaptureQueriesContext(connection) as captured:
-                started = time.perf_counter()
-                response = client.get(path, headers=headers)
-                elapsed = time.perf_counter() - started
-            if response.status_code != 200:
-                raise RuntimeError(f"{label}: {path} answered {response.status_code}")
-            if turn == 0:
-                continue  # warm the templates and the connection
-            times.append(elapsed * 1000)
-            db_times.append(sum(float(q["time"]) for q in captured.captured_queries) * 1000)
-            queries = len(captured.captured_queries)
+        sample = timed_client_gets(client, path, runs, {"headers": headers}, warm_up=True)
+        if sample.status != 200:
+            raise RuntimeError(f"{label}: {path} answered {sample.status}")
         results[label] = {
-            "median_ms": statistics.median(times),
-            "max_ms": max(times),
-            "db_ms": statistics.median(db_times),
-            "queries": queries,
-            "bytes": len(response.content),
+            "median_ms": sample.median_ms,
+            "max_ms": max(sample.times_ms),
+            "db_ms": statistics.median(sample.database_ms),
+            "queries": sample.queries,
+            "bytes": sample.bytes,
         }
     return results
 
@@ -416,39 +340,24 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="measure databases kept by --keep-database"
     )
+    add_database_option(parser)
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.clusters, args.runs, args.reuse)
         return
-    from bench.benchdb import create_bench_database, drop_bench_database
+    from bench.benchdb import child_per_size
 
-    by_size: dict[int, dict[str, dict[str, float]]] = {}
-    for size in [int(value) for value in args.sizes.split(",")]:
-        name = f"bench_pages_{size}"
-        if args.reuse:
-            base = urlsplit(os.environ["DATABASE_URL"])
-            url = urlunsplit(base._replace(path=f"/{name}"))
-            admin = urlunsplit(base._replace(path="/postgres"))
-        else:
-            url, admin = create_bench_database(name)
-        env = {**os.environ, "DATABASE_URL": url, "REQUIRE_SERVICES": ""}
-        env.pop("REDIS_URL", None)
-        output = subprocess.run(
-            [sys.executable, __file__, "--child", str(size), "--clusters", str(args.clusters)]
-            + ["--runs", str(args.runs)]
-            + (["--reuse"] if args.reuse else []),
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if output.returncode:
-            sys.exit(output.stderr)
-        print(output.stderr.strip(), file=sys.stderr)
-        by_size[size] = json.loads(output.stdout.strip().splitlines()[-1])
-        if not (args.keep_database or args.reuse):
-            drop_bench_database(name, admin)
+    by_size = child_per_size(
+        __file__,
+        [int(value) for value in args.sizes.split(",")],
+        lambda size: f"{args.db_prefix}pages_{size}",
+        ["--clusters", str(args.clusters), "--runs", str(args.runs)]
+        + (["--reuse"] if args.reuse else []),
+        {"REQUIRE_SERVICES": ""},
+        keep=args.keep_database,
+        reuse=args.reuse,
+    )
     sizes = sorted(by_size)
     small, large = sizes[0], sizes[-1]
     header = f"{'page / region':32}" + "".join(
