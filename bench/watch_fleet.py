@@ -4,7 +4,7 @@
         bench/watch_fleet.py [--clusters 50] [--leases 2000] [--nodes 400] [--workers 2] \\
         [--concurrency 52] [--redis-db 6]
 
-One instance: a PostgreSQL database (bench_watch_fleet, dropped and re-created), a Redis
+One instance: a PostgreSQL database (<--db-prefix>watch_fleet, dropped and re-created), a Redis
 database (--redis-db, flushed), a child process serving --clusters fake API servers over real
 HTTP (fakes/kube/fleet.py; its held Leases last an hour, so nothing changes while this runs and
 every history row after the start is a duplicate), and --workers `watch` workers started as
@@ -44,11 +44,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.benchdb import create_bench_database, drop_bench_database  # noqa: E402
+from bench.benchdb import (  # noqa: E402
+    add_database_option,
+    create_bench_database,
+    drop_bench_database,
+)
 
 PYTHON = str(REPO / ".venv" / "bin" / "python")
 CELERY = str(REPO / ".venv" / "bin" / "celery")
-DATABASE = "bench_watch_fleet"
 TOKEN = "watch-fleet-bench-token"
 HISTORY_TABLES = (
     "leases_leasetransition",
@@ -83,7 +86,8 @@ class Instance:
     def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
         self.args = args
         self.workdir = workdir
-        self.url, self.admin = create_bench_database(DATABASE)
+        self.database = f"{args.db_prefix}watch_fleet"
+        self.url, self.admin = create_bench_database(self.database)
         self.env = {
             key: value
             for key, value in os.environ.items()
@@ -244,7 +248,7 @@ class Instance:
             self.admin,
             "SELECT application_name, count(*) FROM pg_stat_activity "
             "WHERE datname = %s AND application_name LIKE 'watch-fleet-%%' GROUP BY 1",
-            [DATABASE],
+            [self.database],
         )
         return {name.removeprefix("watch-fleet-"): int(count) for name, count in rows}
 
@@ -394,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
             )
         finally:
             instance.stop()
-            drop_bench_database(DATABASE, instance.admin)
+            drop_bench_database(instance.database, instance.admin)
     return 0
 
 
@@ -408,6 +412,7 @@ def main() -> int:
         "--concurrency", type=int, default=52, help="threads per worker (above the clusters)"
     )
     parser.add_argument("--redis-db", type=int, default=6, help="flushed")
+    add_database_option(parser)
     parser.add_argument(
         "--settle-seconds",
         type=float,
