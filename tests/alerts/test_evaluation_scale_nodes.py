@@ -99,3 +99,33 @@ def test_counts_still_say_how_many_members_nks_misses(clock: Clock, settings: An
         "NKS says 250 nodes in pool-a; the cluster has 251 Node objects labelled with it.",
         "NKS counts 250:0 ready:not ready in pool-a; the cluster's Nodes say 250:1.",
     ]
+
+
+def not_ready_items() -> list[str]:
+    incident = Incident.objects.get(rule=Rule.NODEGROUP_NOT_READY)
+    return list(incident.details["items"])
+
+
+def test_nodegroup_not_ready_names_the_clusters_not_ready_members_at_any_size(
+    clock: Clock, settings: Any
+) -> None:
+    cluster = make_nks_cluster(make_account(), "prod")
+    nodegroup = make_nodegroup(
+        cluster, "pool-a", ready=30, not_ready=2, node_status="NOT_READY_NODE_EXIST"
+    )
+    kube = watched_cluster("prod")
+    make_node(kube, "prod-pool-a-bad-1", nodegroup="pool-a", ready="False")
+    make_node(kube, "prod-pool-a-bad-0", nodegroup="pool-a", ready="Unknown")
+    make_node(kube, "prod-pool-b-bad", nodegroup="pool-b", ready="False")
+    add_members(kube, nodegroup, 0, 30)
+    NksNodegroup.objects.filter(pk=nodegroup.pk).update(ready=30, not_ready=2)
+    measured(cluster, kube)
+    small = measured(cluster, kube)
+    assert not_ready_items() == ["prod-pool-a-bad-0", "prod-pool-a-bad-1"]
+
+    add_members(kube, nodegroup, 30, 300)
+    NksNodegroup.objects.filter(pk=nodegroup.pk).update(ready=330, not_ready=2)
+    large = measured(cluster, kube)
+
+    assert (large.queries, large.lease_rows) == (small.queries, small.lease_rows)
+    assert not_ready_items() == ["prod-pool-a-bad-0", "prod-pool-a-bad-1"]
