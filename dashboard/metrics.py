@@ -153,8 +153,8 @@ class GaugeLines(Metric):
         return (head + body).encode("utf-8")
 
 
-class _Fixed:
-    """Metric families already collected, in the shape generate_latest reads."""
+class _Fixed(Collector):
+    """Metric families already collected, as a collector for generate_latest."""
 
     def __init__(self, metrics: Sequence[Metric]) -> None:
         self.metrics = metrics
