@@ -8,6 +8,12 @@ report lags, a node can be Ready in NKS's eyes and silent in the cluster's.
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Count, Q
 from django.utils.translation import gettext_noop
 
 from alerts.conditions import (
@@ -20,9 +26,14 @@ from alerts.conditions import (
     item_list,
     time_fact,
 )
+from alerts.lease_rules import DUE_CHUNK, due_rows
 from alerts.models import Rule
 from alerts.nks_scope import cluster_fact, group_of, judged_nodegroups, nks_link, rule_grace
-from nks.node_picture import cross_check, nodegroup_nodes
+from leases.models import ConditionStatus, KubeCluster, Lease, Node
+from leases.presenters.node_detail import node_watch_problem
+from nks.models import NksNodegroup
+from nks.node_picture import NODE_LEASE_NAMESPACE, NodeLine, counted_cross_check, node_lines
+from nks.services import linked_kube_cluster
 
 # NKS refreshes its health report on its own clock, and the poll reads it later still: the
 # two sides may disagree for a poll or two as a node comes or goes. Longer is a finding.
@@ -41,12 +52,24 @@ def nodegroup_mismatch(ctx: RuleContext) -> RuleOutcome:
     now, outcome = ctx.now, RuleOutcome()
     hold = rule_grace(ctx, polls=MISMATCH_POLLS)
     unjudged: set[str] = set()
-    workers = judged_nodegroups(Rule.NODEGROUP_MISMATCH, now, unjudged, workers_only=True)
+    workers = list(judged_nodegroups(Rule.NODEGROUP_MISMATCH, now, unjudged, workers_only=True))
+    sources = _lease_sources(nodegroup for nodegroup, _ in workers)
+    members = _members(sources, workers, now)
+    problems = {pk: node_watch_problem(kube, now) for pk, kube in _watched(sources).items()}
     for nodegroup, key in workers:
         cluster = nodegroup.cluster
-        check = cross_check(nodegroup, nodegroup_nodes(nodegroup, now), now)
-        if check is None:
-            continue
+        kube = sources.get(nodegroup.cluster_id)
+        if kube is None:
+            continue  # not watched: nothing to compare
+        counted = members.get((kube.pk, nodegroup.name), _Members())
+        check = counted_cross_check(
+            nodegroup,
+            watch_problem=problems[kube.pk],
+            node_objects=counted.nodes,
+            nodes_ready=counted.ready,
+            expired=counted.expired,
+            now=now,
+        )
         if check.unjudged:
             if key in ctx.unresolved:
                 outcome.freeze(key)
@@ -97,3 +120,85 @@ def nodegroup_mismatch(ctx: RuleContext) -> RuleOutcome:
 
 def _known(value: int | None) -> str:
     return "?" if value is None else str(value)
+
+
+@dataclass(slots=True)
+class _Members:
+    """One nodegroup's present member Nodes in the watched cluster, counted."""
+
+    nodes: int = 0
+    ready: int = 0
+    # Members whose heartbeat Lease expired, by name: the only Nodes read one by one.
+    expired: list[NodeLine] = field(default_factory=list)
+
+
+def _lease_sources(nodegroups: Iterable[NksNodegroup]) -> dict[int, KubeCluster | None]:
+    """NKS cluster id -> the Lease source watching it (None: none), looked up once a cluster."""
+    sources: dict[int, KubeCluster | None] = {}
+    for nodegroup in nodegroups:
+        if nodegroup.cluster_id not in sources:
+            sources[nodegroup.cluster_id] = linked_kube_cluster(nodegroup.cluster)
+    return sources
+
+
+def _watched(sources: dict[int, KubeCluster | None]) -> dict[int, KubeCluster]:
+    return {kube.pk: kube for kube in sources.values() if kube is not None}
+
+
+def _members(
+    sources: dict[int, KubeCluster | None],
+    workers: list[tuple[NksNodegroup, str]],
+    now: datetime,
+) -> dict[tuple[int, str], _Members]:
+    """(Lease source id, nodegroup label) -> its members, as `nks.node_picture.cross_check`
+    counts them from every member's NodeLine, without reading every member.
+
+    One grouped count of the present Nodes, and the heartbeat Leases whose expiry schedule
+    has come (`alerts.lease_rules.due_rows`, an index range read): only their Nodes are read
+    as NodeLines, where `node_lines` judges each heartbeat as the nodegroup page does. What an
+    evaluation holds in Python does not grow with healthy Nodes, nor do the Leases it reads.
+    """
+    watched = _watched(sources)
+    labels = sorted({nodegroup.name for nodegroup, _ in workers})
+    if not watched or not labels:
+        return {}
+    found: dict[tuple[int, str], _Members] = defaultdict(_Members)
+    rows = (
+        Node.objects.present()
+        .filter(cluster_id__in=sorted(watched), nodegroup_label__in=labels)
+        .values("cluster_id", "nodegroup_label")
+        .annotate(nodes=Count("id"), ready=Count("id", filter=Q(ready=ConditionStatus.TRUE)))
+        .order_by()
+    )
+    for row in rows:
+        counted = found[(row["cluster_id"], row["nodegroup_label"])]
+        counted.nodes = row["nodes"]
+        # Stale Node data says nothing of Ready now: node_lines reads every one as unknown.
+        counted.ready = 0 if watched[row["cluster_id"]].nodes_stale(now) else row["ready"]
+    due = due_rows(
+        now,
+        Lease.objects.live()
+        .filter(cluster_id__in=sorted(watched), namespace=NODE_LEASE_NAMESPACE)
+        .exclude(holder="")
+        .values_list("cluster_id", "name"),
+    )
+    names: dict[int, list[str]] = defaultdict(list)
+    for cluster_id, name in due:
+        names[cluster_id].append(name)
+    for cluster_id, due_names in sorted(names.items()):
+        kube = watched[cluster_id]
+        lines: list[NodeLine] = []
+        # A chunk at a time, as due_rows reads: a zone's 5,000 silent nodes are a few queries.
+        for start in range(0, len(due_names), DUE_CHUNK):
+            candidates = Node.objects.present().filter(
+                cluster=kube,
+                name__in=due_names[start : start + DUE_CHUNK],
+                nodegroup_label__in=labels,
+            )
+            lines.extend(
+                line for line in node_lines(kube, now, candidates) if line.heartbeat_expired
+            )
+        # By name, as a nodegroup's members are listed.
+        for line in sorted(lines, key=lambda line: line.name):
+            found[(cluster_id, line.nodegroup)].expired.append(line)
+    return found

@@ -36,6 +36,8 @@ from alerts.nks_scope import (
     rule_grace,
     unjudgeable,
 )
+from leases.models import ConditionStatus, Node
+from leases.presenters.node_detail import node_watch_problem
 from nks.health import nodegroup_of_node
 from nks.models import (
     Freshness,
@@ -45,7 +47,7 @@ from nks.models import (
     ResizeRequest,
     ResizeState,
 )
-from nks.node_picture import nodegroup_nodes
+from nks.services import linked_kube_cluster
 
 NORMAL = "NORMAL"
 NODES_NOT_READY = ("NOT_READY_NODE_EXIST", "ALL_NODES_NOT_READY")
@@ -215,10 +217,22 @@ def nodegroup_not_ready(ctx: RuleContext) -> RuleOutcome:
 
 
 def _not_ready_names(nodegroup: NksNodegroup, now: datetime) -> list[str]:
-    """Which nodes are not ready: the watched cluster's Nodes say; else NKS's per-node keys."""
-    nodes = nodegroup_nodes(nodegroup, now)
-    if nodes is not None and not nodes.watch_problem:
-        return [node.name for node in nodes.members if node.not_ready]
+    """Which nodes are not ready: the watched cluster's Nodes say; else NKS's per-node keys.
+
+    Only the members not Ready are read (a NodeLine is not ready unless its Ready is "True"
+    and the Node data current, which `node_watch_problem` checks): a large nodegroup with one
+    bad node costs one node, not all of them.
+    """
+    kube = linked_kube_cluster(nodegroup.cluster)
+    if kube is not None and not node_watch_problem(kube, now):
+        return list(
+            Node.objects.present()
+            .filter(cluster=kube)
+            .in_nodegroup(nodegroup.name)
+            .exclude(ready=ConditionStatus.TRUE)
+            .order_by("name")
+            .values_list("name", flat=True)
+        )
     readiness = nodegroup.cluster.node_readiness or {}
     groups = [nodegroup.name]
     return sorted(

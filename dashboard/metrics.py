@@ -13,7 +13,7 @@ import abc
 import gzip
 import hmac
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from django.conf import settings
@@ -29,6 +29,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from dashboard.proxies import client_address, in_networks, parse_networks
 from dashboard.services import worker_status
@@ -98,8 +100,85 @@ def register_collector(collector: Collector) -> None:
 register_collector(DashboardCollector())
 
 
+def label_text(labels: Mapping[str, str]) -> str:
+    """The inside of a sample's braces, as prometheus_client writes it: names sorted, values
+    escaped (backslash, newline, double quote: a cluster writes these names)."""
+    return ",".join(f'{name}="{_escape_label_value(labels[name])}"' for name in sorted(labels))
+
+
+def _escape_label_value(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+class GaugeLines(Metric):
+    """A gauge family written straight to exposition text.
+
+    For the families with a series per election lease (thousands of lines at fleet size):
+    prometheus_client escapes every label name and value of every sample again; here a
+    lease's label text is escaped once (`label_text`) and shared by its series, which is
+    most of a large scrape's Python time. `samples` is still there for anything reading the
+    registry as Metric objects, built only when asked for.
+    """
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self._lines: list[tuple[str, float]] = []
+        super().__init__(name, documentation, "gauge")
+
+    def add_line(self, labels: str, value: float) -> None:
+        """`labels` is `label_text(...)` of the series' labels."""
+        self._lines.append((labels, value))
+
+    @property
+    def samples(self) -> list[Sample]:  # type: ignore[override]
+        from prometheus_client.parser import text_string_to_metric_families
+
+        if not self._lines:
+            return []
+        (family,) = text_string_to_metric_families(self.exposition().decode())
+        return list(family.samples)
+
+    @samples.setter
+    def samples(self, value: list[Sample]) -> None:
+        # Metric.__init__ starts with no samples; lines are only added with add_line.
+        if value:
+            raise TypeError("GaugeLines takes lines (add_line), not samples")
+
+    def exposition(self) -> bytes:
+        documentation = self.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        head = f"# HELP {self.name} {documentation}\n# TYPE {self.name} gauge\n"
+        name = self.name
+        body = "".join(
+            f"{name}{{{labels}}} {floatToGoString(value)}\n" for labels, value in self._lines
+        )
+        return (head + body).encode("utf-8")
+
+
+class _Fixed(Collector):
+    """Metric families already collected, as a collector for generate_latest."""
+
+    def __init__(self, metrics: Sequence[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self.metrics
+
+
 def render_metrics() -> bytes:
-    return generate_latest(REGISTRY)
+    """The registry in the text format: prometheus_client writes the families, except
+    `GaugeLines`, which write themselves (the same text, faster)."""
+    parts: list[bytes] = []
+    pending: list[Metric] = []
+    for metric in REGISTRY.collect():
+        if isinstance(metric, GaugeLines):
+            if pending:
+                parts.append(generate_latest(_Fixed(pending)))
+                pending = []
+            parts.append(metric.exposition())
+        else:
+            pending.append(metric)
+    if pending:
+        parts.append(generate_latest(_Fixed(pending)))
+    return b"".join(parts)
 
 
 # Prometheus asks for gzip on every scrape: the text is label names repeated, and shrinks

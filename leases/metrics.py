@@ -46,7 +46,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from dashboard.metrics import DatabaseCollector
+from dashboard.metrics import DatabaseCollector, GaugeLines, label_text
 from leases.availability import ELECTION_CLASSES, WINDOWS, Availability, availability_by_window
 from leases.lease_states import lease_as_of
 from leases.models import KubeCluster, Lease, LeaseClass, LeaseState, ResourceWatchState
@@ -462,29 +462,31 @@ def _ratio(value: float) -> float:
 
 
 def per_lease_families(leases: list[LeaseMetric], omitted: Mapping[str, int]) -> Iterable[Metric]:
-    lease_labels = ["cluster", "namespace", "name"]
-    until_expiry = GaugeMetricFamily(
+    """Up to eight series per election lease, written as text directly (`GaugeLines`): a
+    lease's labels are escaped once for all of them.
+
+    The longest gap is written only for a window with a gap: no gap is what a ratio of 1
+    already says, and a window nobody observed has no longest gap (nor ratio) to tell. At
+    fleet size that leaves out most of the family (a healthy lease has none in 1 h and 24 h).
+    """
+    until_expiry = GaugeLines(
         f"{PREFIX}_lease_seconds_until_expiry",
         "Seconds until a held leader-election or control-plane lease expires "
         "(negative: expired that long ago).",
-        labels=lease_labels,
     )
-    transitions = GaugeMetricFamily(
+    transitions = GaugeLines(
         f"{PREFIX}_lease_transitions",
         "The lease's leaseTransitions (holder changes counted by the API server).",
-        labels=lease_labels,
     )
-    window_labels = [*lease_labels, "window"]
-    ratio = GaugeMetricFamily(
+    ratio = GaugeLines(
         f"{PREFIX}_lease_availability_ratio",
         "Share of the window's observed time during which a leader-election or control-plane "
         "lease had a valid holder (absent when the watcher observed none of the window).",
-        labels=window_labels,
     )
-    longest_gap = GaugeMetricFamily(
+    longest_gap = GaugeLines(
         f"{PREFIX}_lease_longest_gap_seconds",
-        "Longest leaderless gap in the window, counting only the time the watcher observed.",
-        labels=window_labels,
+        "Longest leaderless gap in the window, counting only the time the watcher observed "
+        "(absent when the window had no gap: its ratio is 1, or absent too).",
     )
     left_out = GaugeMetricFamily(
         f"{PREFIX}_lease_series_omitted",
@@ -492,20 +494,24 @@ def per_lease_families(leases: list[LeaseMetric], omitted: Mapping[str, int]) ->
         "their own: over METRICS_MAX_ELECTION_LEASES, shared fairly among clusters.",
         labels=["cluster"],
     )
-    for lease in leases:
-        labels = [lease.cluster, lease.namespace, lease.name]
+    labels = [
+        label_text({"cluster": lease.cluster, "namespace": lease.namespace, "name": lease.name})
+        for lease in leases
+    ]
+    for lease, text in zip(leases, labels, strict=True):
         if lease.seconds_until_expiry is not None:
-            until_expiry.add_metric(labels, round(lease.seconds_until_expiry, 3))
+            until_expiry.add_line(text, round(lease.seconds_until_expiry, 3))
         if lease.transitions is not None:
-            transitions.add_metric(labels, lease.transitions)
+            transitions.add_line(text, lease.transitions)
     for window in WINDOWS:
-        for lease in leases:
+        suffix = f',window="{window}"'
+        for lease, text in zip(leases, labels, strict=True):
             figures = lease.availability[window]
-            values = [lease.cluster, lease.namespace, lease.name, window]
             # No observed time is no answer, not 0 % and not 100 %.
             if figures.ratio is not None:
-                ratio.add_metric(values, _ratio(figures.ratio))
-            longest_gap.add_metric(values, round(figures.longest_gap_seconds, 3))
+                ratio.add_line(text + suffix, _ratio(figures.ratio))
+            if figures.gaps:
+                longest_gap.add_line(text + suffix, round(figures.longest_gap_seconds, 3))
     for cluster, count in sorted(omitted.items()):
         left_out.add_metric([cluster], count)
     return (until_expiry, transitions, ratio, longest_gap, left_out)

@@ -232,28 +232,60 @@ def cross_check(
     if nodes is None:
         return None
     members = nodes.members
+    return counted_cross_check(
+        nodegroup,
+        watch_problem=nodes.watch_problem,
+        node_objects=len(members),
+        nodes_ready=sum(1 for node in members if not node.not_ready),
+        expired=[node for node in members if node.heartbeat_expired],
+        now=now,
+    )
+
+
+def counted_cross_check(
+    nodegroup: NksNodegroup,
+    *,
+    watch_problem: str,
+    node_objects: int,
+    nodes_ready: int,
+    expired: Sequence[NodeLine],
+    now: datetime,
+) -> CrossCheck:
+    """`cross_check` from counts: the member Nodes, how many are Ready, and the members whose
+    heartbeat Lease expired (the only ones named). The alert rule counts in SQL rather than
+    reading every member of every nodegroup at each evaluation."""
     check = CrossCheck(
         nodegroup=nodegroup.name,
         nks_nodes=nodegroup.node_count,
         nks_ready=nodegroup.ready,
         nks_not_ready=nodegroup.not_ready,
-        node_objects=len(members),
-        nodes_ready=sum(1 for node in members if not node.not_ready),
-        nodes_not_ready=sum(1 for node in members if node.not_ready),
-        heartbeats_expired=sum(1 for node in members if node.heartbeat_expired),
+        node_objects=node_objects,
+        nodes_ready=nodes_ready,
+        nodes_not_ready=node_objects - nodes_ready,
+        heartbeats_expired=len(expired),
     )
-    check.unjudged = nodes.watch_problem or _nks_unjudged(nodegroup.cluster, nodegroup, now)
+    check.unjudged = watch_problem or _nks_unjudged(nodegroup.cluster, nodegroup, now)
     if check.unjudged:
         return check
-    check.disagreements = disagreements(nodegroup, members)
+    check.disagreements = _disagreements(nodegroup, node_objects, nodes_ready, expired)
     return check
 
 
 def disagreements(nodegroup: NksNodegroup, members: Sequence[NodeLine]) -> list[str]:
     """Each way NKS's report and the cluster's Nodes and Leases disagree, in words."""
+    return _disagreements(
+        nodegroup,
+        len(members),
+        sum(1 for node in members if not node.not_ready),
+        [node for node in members if node.heartbeat_expired],
+    )
+
+
+def _disagreements(
+    nodegroup: NksNodegroup, count: int, ready: int, expired: Sequence[NodeLine]
+) -> list[str]:
     found: list[str] = []
     name = nodegroup.name
-    count = len(members)
     if nodegroup.node_count is not None and nodegroup.node_count != count:
         # Two counts, two plurals: each clause is its own message, joined as two sentences
         # would be in any language ("NKS says ...; the cluster has ...").
@@ -268,7 +300,6 @@ def disagreements(nodegroup: NksNodegroup, members: Sequence[NodeLine]) -> list[
             count,
         ) % {"count": count}
         found.append(f"{nks_says} {cluster_has}")
-    ready = sum(1 for node in members if not node.not_ready)
     nks_counts = (nodegroup.ready, nodegroup.not_ready)
     if None not in nks_counts and nks_counts != (ready, count - ready):
         found.append(
@@ -285,9 +316,7 @@ def disagreements(nodegroup: NksNodegroup, members: Sequence[NodeLine]) -> list[
             }
         )
     per_node = nodegroup.cluster.node_readiness or {}
-    for node in members:
-        if not node.heartbeat_expired:
-            continue
+    for node in expired:
         said = per_node.get(node.name)
         nks_counts_ready = said is True or (said is None and nodegroup.not_ready == 0)
         if nks_counts_ready:

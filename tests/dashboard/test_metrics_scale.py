@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import re
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 import time_machine
@@ -14,10 +14,12 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 
+from dashboard.metrics import GaugeLines, label_text
 from leases import metrics as lease_metrics
 from leases.metrics import fair_quotas
-from leases.models import KubeCluster
+from leases.models import KubeCluster, LeaseHolderSpan, WatchCoverage
 from tests.leases.factories import NOW, make_cluster, make_lease, make_many_leases
 
 pytestmark = pytest.mark.django_db
@@ -86,9 +88,9 @@ def test_election_leases_add_series_but_no_queries(client: Client) -> None:
     large, large_queries = scrape(client)
 
     assert large_queries == small_queries
-    # Each election lease: expiry, transitions, and a longest gap per window (no ratio: no
-    # holder span was recorded for these, so no election time was observed).
-    per_lease = 2 + 3
+    # Each election lease: expiry and transitions (no ratio and no longest gap: no holder
+    # span was recorded for these, so no election time was observed).
+    per_lease = 2
     assert len(series(large)) - len(series(small)) == 20 * per_lease
     assert 'name="more-019-leader"' in large
 
@@ -244,3 +246,76 @@ def test_a_scrape_is_gzipped_for_a_client_that_asks(client: Client) -> None:
     unpacked = gzip.decompress(packed.content).decode()
     assert len(series(unpacked)) == len(series(plain.content.decode()))
     assert 'lease_dashboard_lease_transitions{cluster="prod",name="kube-scheduler"' in unpacked
+
+
+def test_a_longest_gap_is_written_only_for_a_window_with_a_gap(client: Client) -> None:
+    cluster = make_cluster("prod")
+    WatchCoverage.objects.create(
+        cluster=cluster, started_at=NOW - timedelta(days=8), last_seen_at=NOW
+    )
+    lease = make_lease(cluster, "op-leader", namespace="ops", created_at=NOW - timedelta(days=8))
+    # Held for a week but for ten leaderless minutes three hours ago.
+    LeaseHolderSpan.objects.create(
+        lease=lease,
+        holder="a",
+        started_at=NOW - timedelta(days=7),
+        ended_at=NOW - timedelta(hours=3, minutes=10),
+    )
+    LeaseHolderSpan.objects.create(
+        lease=lease, holder="holder-a", started_at=NOW - timedelta(hours=3)
+    )
+
+    text, _ = scrape(client)
+
+    labels = 'cluster="prod",name="op-leader",namespace="ops"'
+    gap = "lease_dashboard_lease_longest_gap_seconds"
+    ratio = "lease_dashboard_lease_availability_ratio"
+    assert value(text, f'{ratio}{{{labels},window="1h"}}') == 1.0
+    assert not [line for line in series(text) if line.startswith(f'{gap}{{{labels},window="1h"}}')]
+    assert value(text, f'{gap}{{{labels},window="24h"}}') == 600.0
+    assert value(text, f'{gap}{{{labels},window="7d"}}') == 600.0
+    assert value(text, f'{ratio}{{{labels},window="24h"}}') < 1
+
+
+def test_label_values_a_cluster_writes_are_escaped(client: Client) -> None:
+    cluster = make_cluster("prod")
+    odd = 'op"\\leader\nx'
+    make_lease(cluster, odd, namespace="ops")
+
+    text, _ = scrape(client)
+
+    (family,) = [
+        family
+        for family in text_string_to_metric_families(text)
+        if family.name == "lease_dashboard_lease_transitions"
+    ]
+    assert [sample.labels for sample in family.samples] == [
+        {"cluster": "prod", "namespace": "ops", "name": odd}
+    ]
+
+
+def test_gauge_lines_write_what_prometheus_client_writes() -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    values = [
+        ({"b": 'x"y', "a": "1\\2\n"}, 1.5),
+        ({"a": "é", "b": ""}, -3),
+        ({"a": "z", "b": "w"}, 1e7),
+    ]
+    lines = GaugeLines("test_lines", "Help with a \\ and a\nnewline.")
+    family = GaugeMetricFamily("test_lines", "Help with a \\ and a\nnewline.", labels=["b", "a"])
+    for labels, number in values:
+        lines.add_line(label_text(labels), number)
+        family.add_metric([labels["b"], labels["a"]], number)
+
+    class Families:
+        def collect(self) -> list[Metric]:
+            return [family]
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Families())
+    assert lines.exposition() == generate_latest(registry)
+    assert [(s.name, s.labels, s.value) for s in lines.samples] == [
+        (s.name, s.labels, s.value) for s in family.samples
+    ]

@@ -202,8 +202,10 @@ def test_metrics_leave_out_a_ratio_nobody_observed(client: Client) -> None:
     text = scrape(client)
 
     assert 'lease_dashboard_lease_availability_ratio{cluster="prod"' not in text
-    labels = 'cluster="prod",name="billing-slot-1",namespace="apps",window="1h"'
-    assert f"lease_dashboard_lease_longest_gap_seconds{{{labels}}} 0.0" in text
+    # Nor a longest gap: an unobserved window had none that anybody saw.
+    assert 'lease_dashboard_lease_longest_gap_seconds{cluster="prod"' not in text
+    labels = 'cluster="prod",name="billing-slot-1",namespace="apps"'
+    assert f"lease_dashboard_lease_transitions{{{labels}}}" in text
 
 
 def test_metrics_cost_the_same_queries_for_one_election_lease_or_many(
