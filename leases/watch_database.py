@@ -23,6 +23,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
+from django.db import DatabaseError, close_old_connections
+
 from leases.kube import Cut
 from leases.watch_status import ResourceStatus
 
@@ -105,6 +107,11 @@ class DatabaseOwner:
             except IndexError:
                 return
             job.run()
+            if isinstance(job.error, DatabaseError):
+                # The reader that asked reports it and retries; the connection it broke
+                # (a session ended under it, say) is the owner's: replaced, not reused, so
+                # the report itself can be written.
+                close_old_connections()
 
     def close(self) -> None:
         """In the owner, as it finishes: what was handed over runs, later calls fail."""
