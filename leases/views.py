@@ -14,7 +14,7 @@ from dashboard.htmx import render_page, shared_partial
 from leases.forms import LeaseFilterForm, read_filters
 from leases.presenters.lease_detail import lease_detail
 from leases.presenters.lease_table import lease_table
-from leases.presenters.watchers import cluster_statuses, watch_fleet
+from leases.presenters.watchers import cluster_statuses, count_present_nodes, watch_fleet
 from leases.queries import namespaces
 
 # The Leases table's region: what its refreshes and its sort and page links ask for.
@@ -63,6 +63,7 @@ def lease_page(request: HttpRequest, cluster: str, namespace: str, name: str) ->
 def cluster_list(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     clusters = cluster_statuses(now)
+    count_present_nodes(clusters)
     return render_page(
         request,
         "leases/clusters.html",

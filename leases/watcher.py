@@ -1,4 +1,5 @@
-"""The watcher of one cluster: its Leases and its Nodes, one lock, one worker.
+"""The watcher of one cluster: its Leases and its Nodes, one lock, one worker, one
+database connection.
 
 One reader thread per resource (leases.watch_loop: list, watch, resume, relist on 410,
 backoff), one probe thread (leases.watch_probe: is the server answering, is each stream
@@ -8,6 +9,11 @@ status and as-of moments in one UPDATE, renews the lock, refreshes LeaseCandidat
 notices when the watcher must stop (lock lost, cluster disabled, worker shutting down); it
 ends blocked reads by closing the streams. A resource that fails (a 403 on nodes, say)
 backs off alone: the other keeps being read.
+
+The housekeeping thread is the only one that talks to the database while the cluster is
+watched (leases.watch_database): the readers hand it their few calls, and the caller gives
+up the connection it set the watcher up with. A watched cluster holds one connection, so a
+small PostgreSQL (100 connections) serves 50 clusters and more.
 
 The housekeeping thread outlives its own dependencies: a database or Redis outage is
 logged once and waited out (every call is retried on the next tick), never an uncaught
@@ -36,6 +42,7 @@ from leases.models import KubeCluster
 from leases.node_ingest import NodeIngestor
 from leases.node_parse import node_name_of
 from leases.parse import lease_identity, parse_candidate
+from leases.watch_database import DatabaseOwner, OwnedStatus
 from leases.watch_loop import (
     STREAM_PROVED_SECONDS,
     Backoff,
@@ -65,6 +72,9 @@ FLUSH_INTERVAL_SECONDS = 0.5
 LOCK_RENEW_INTERVAL_SECONDS = 5.0
 CANDIDATES_INTERVAL_SECONDS = 15.0
 SETTINGS_CHECK_INTERVAL_SECONDS = 5.0
+# The housekeeping thread waits for the next flush in slices this long: work a reader hands
+# it ends a wait at once, and a stop set from outside (a handoff, a signal) is seen within one.
+STOP_CHECK_SECONDS = 0.1
 # While the lock's store does not answer, renewals are tried at every tick: once it is
 # back, the lock is regained before another worker's start request can take it.
 
@@ -128,6 +138,11 @@ class LeaseWatcher:
         self._database_trouble_since: float | None = None
         self._api: object | None = None
         self._api_lock = threading.Lock()
+        # The housekeeping thread runs every database call while the cluster is watched.
+        self.database = DatabaseOwner()
+        # Set by `run` once the readers have ended: the housekeeping thread then writes the
+        # last flush and status, and gives up the connection.
+        self._readers_done = threading.Event()
         self.lease_status = LeaseStatus(cluster_id, owner)
         self.node_status = NodeStatus(cluster_id, owner)
         self.leases: ResourceReader | None = None
@@ -168,7 +183,7 @@ class LeaseWatcher:
                 open_watch=kube.open_lease_watch,
                 key_of=_lease_key,
                 ingestor=LeaseIngestor(self.cluster_id),
-                status=self.lease_status,
+                status=OwnedStatus(self.lease_status, self.database),
             ),
             self.backoff,
         )
@@ -179,13 +194,17 @@ class LeaseWatcher:
                 open_watch=kube.open_node_watch,
                 key_of=node_name_of,
                 ingestor=NodeIngestor(self.cluster_id),
-                status=self.node_status,
+                status=OwnedStatus(self.node_status, self.database),
                 reconnect_on=frozenset({"auth", "tls", "config"}),
             ),
             self.backoff.fresh(),
         )
         KubeCluster.objects.filter(pk=self.cluster_id).update(watcher_id=self.owner[:200])
         _freeze_long_lived_objects()
+        if not connection.in_atomic_block:
+            # The set-up is done: from here the housekeeping thread's connection is the
+            # cluster's only one (the caller's next query, after `run`, opens it again).
+            connection.close()
         housekeeping = threading.Thread(
             target=self._housekeeping, name=f"watch-housekeeping-{self.cluster_id}", daemon=True
         )
@@ -199,6 +218,8 @@ class LeaseWatcher:
             target=self.probe.run, name=f"watch-probe-{self.cluster_id}", daemon=True
         )
         housekeeping.start()
+        # Named before any reader starts: none of their calls may run in their own thread.
+        self.database.own(housekeeping)
         node_reader.start()
         prober.start()
         try:
@@ -207,13 +228,13 @@ class LeaseWatcher:
             if timer is not None:
                 timer.cancel()
             self._request_stop()
+            # The housekeeping thread still runs what the readers hand it while they stop.
             node_reader.join(timeout=30)
-            housekeeping.join(timeout=30)
             prober.join(timeout=30)
+            self._readers_done.set()
+            # It writes the last flush and the stopped status, then closes its connection.
+            housekeeping.join(timeout=30)
             self._close_api()
-            self._flush_and_report()
-            self.lease_status.stopped()
-            self.node_status.stopped()
             # This watcher's own objects (it and its readers refer to each other) become
             # garbage now: frozen, a cycle would never be collected, and a worker that runs
             # watcher after watcher would keep every one's known state.
@@ -243,7 +264,9 @@ class LeaseWatcher:
     def _connect(self) -> object:
         with self._api_lock:
             if self._api is None:
-                self._api = self._new_api()
+                # The cluster's row is read by the connection's owner; the client is built
+                # here, in the reader (it may resolve the server's name).
+                self._api = kube.connect(self.database.call(self._cluster_config))
             return self._api
 
     def _close_api(self) -> None:
@@ -267,7 +290,8 @@ class LeaseWatcher:
         with self._api_lock:
             self._api = None
 
-    def _new_api(self) -> object:
+    def _cluster_config(self) -> kube.ClusterConfig:
+        """How to reach the cluster, from its row (a database call: run by the owner)."""
         cluster = KubeCluster.objects.get(pk=self.cluster_id)
         problem = secret_problem(cluster.kubeconfig)
         if problem is not None:
@@ -282,13 +306,11 @@ class LeaseWatcher:
             warning = " ".join(checked.warnings)
             if warning != cluster.config_warning:
                 KubeCluster.objects.filter(pk=self.cluster_id).update(config_warning=warning)
-        return kube.connect(
-            kube.ClusterConfig(
-                in_cluster=in_cluster,
-                kubeconfig=cluster.kubeconfig,
-                context=cluster.context,
-                nks_api_address=cluster.nks_api_address,
-            )
+        return kube.ClusterConfig(
+            in_cluster=in_cluster,
+            kubeconfig=cluster.kubeconfig,
+            context=cluster.context,
+            nks_api_address=cluster.nks_api_address,
         )
 
     # --- the housekeeping thread -------------------------------------------------------
@@ -302,9 +324,13 @@ class LeaseWatcher:
                 # Under load a flush takes longer than the interval: start the next one at
                 # once, so rows wait for at most about two flushes.
                 wait = max(0.0, self.flush_interval - (time.monotonic() - flushed_at))
-                if self.stop.wait(wait):
+                self.database.wait(min(wait, STOP_CHECK_SECONDS))
+                self.database.run_pending()
+                if self.stop.is_set() or SHUTDOWN.is_set():
                     self._request_stop()  # blocked reads end now, not at their next event
                     break
+                if time.monotonic() - flushed_at < self.flush_interval:
+                    continue
                 flushed_at = time.monotonic()
                 self._flush_and_report()
                 now = time.monotonic()
@@ -323,9 +349,6 @@ class LeaseWatcher:
                 if self._api is not None and now >= next_candidates:
                     next_candidates = now + self.candidates_interval
                     self._refresh_candidates()
-                if SHUTDOWN.is_set():
-                    self._request_stop()
-                    break
         except Exception:
             # Nothing above should raise; if something does, the readers must not be left
             # streaming with nobody to flush or stop them: the watcher stops (its task ends,
@@ -334,6 +357,21 @@ class LeaseWatcher:
                 "cluster %s: the housekeeping thread failed; stopping", self.cluster_id
             )
             self._request_stop()
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        """The owner's last work: what the stopping readers hand over, then the last flush
+        and the stopped status, then its connection is closed."""
+        try:
+            while not self._readers_done.wait(0.02):
+                self.database.run_pending()
+            self.database.close()
+            self._flush_and_report()
+            self.lease_status.stopped()
+            self.node_status.stopped()
+        except Exception:
+            logger.exception("cluster %s: the watcher's last writes failed", self.cluster_id)
         finally:
             connection.close()
 
@@ -510,6 +548,7 @@ class LeaseWatcher:
 
     def _request_stop(self) -> None:
         self.stop.set()
+        self.database.wake.set()  # the housekeeping thread sees the stop at once
         for reader in (self.leases, self.nodes):
             if reader is not None:
                 reader.close_stream()  # unblocks that reader's read

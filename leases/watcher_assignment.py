@@ -16,6 +16,10 @@ keeper thread (`WorkerKeeper`). Every `KEEPER_TICK_SECONDS` it:
    itself, then sends the watch task to the queue only it consumes, so a claim is a lock
    held, never a request another worker could also act on.
 
+A worker's own queue goes with it: deleted from the broker as it leaves, or, for one killed,
+by the others once they forget its row (an hour without a heartbeat), with the claims sent to
+it that it never ran.
+
 The lock (leases/locks.py) still guarantees at most one watcher per cluster; assignment
 only decides who tries. Workers claim for themselves, rather than a dispatcher deciding for
 them, so a freed cluster waits at most one tick, whether beat runs or not. Each worker
@@ -102,8 +106,9 @@ def live_workers() -> list[WatchWorker]:
 
 def record_heartbeat(
     name: str, *, queue: str, concurrency: int, clusters: int, capacity: int
-) -> None:
-    """This worker is alive and holds `clusters` (one UPDATE; an INSERT the first time)."""
+) -> bool:
+    """This worker is alive and holds `clusters` (one UPDATE; an INSERT the first time).
+    True when the row had to be made: the first time, or after the others forgot it."""
     values = {
         "queue": queue,
         "concurrency": concurrency,
@@ -111,10 +116,12 @@ def record_heartbeat(
         "capacity": capacity,
         "heartbeat_at": Now(),
     }
-    if not WatchWorker.objects.filter(name=name).update(**values):
-        WatchWorker.objects.update_or_create(
-            name=name, defaults=values, create_defaults={**values, "started_at": Now()}
-        )
+    if WatchWorker.objects.filter(name=name).update(**values):
+        return False
+    WatchWorker.objects.update_or_create(
+        name=name, defaults=values, create_defaults={**values, "started_at": Now()}
+    )
+    return True
 
 
 def forget_worker(name: str) -> None:
@@ -122,8 +129,75 @@ def forget_worker(name: str) -> None:
     WatchWorker.objects.filter(name=name).delete()
 
 
-def forget_gone_workers() -> None:
-    WatchWorker.objects.filter(heartbeat_at__lt=Now() - FORGET_WORKER_AFTER).delete()
+def forget_gone_workers(delete: Callable[[list[str]], None] | None = None) -> list[str]:
+    """Forget the workers gone for FORGET_WORKER_AFTER, and delete their own queues from
+    the broker with `delete` (`delete_worker_queues`; None: the rows only): a killed worker
+    leaves its queue's binding and whatever was sent to it (a claim it never ran), which
+    nothing else removes.
+
+    Not at the takeover: a worker missing its heartbeats for WORKER_TTL_SECONDS may only be
+    stalled (a database outage stops every heartbeat), and deleting the queue of a worker
+    that is still there would leave it unreachable. An hour's silence is a worker gone; one
+    that comes back all the same finds its row forgotten and declares its queue again
+    (`WorkerKeeper`). The queues go first: if the broker does not answer, the rows stay and
+    the next round tries again. A queue another row names (a new process under the same
+    name) is kept. Returns the queues deleted."""
+    gone = list(
+        WatchWorker.objects.filter(heartbeat_at__lt=Now() - FORGET_WORKER_AFTER).values_list(
+            "name", "queue"
+        )
+    )
+    if not gone:
+        return []
+    names = [name for name, _ in gone]
+    kept = set(WatchWorker.objects.exclude(name__in=names).values_list("queue", flat=True))
+    queues = sorted({queue for _, queue in gone if queue and queue not in kept})
+    if queues and delete is not None:
+        delete(queues)
+    WatchWorker.objects.filter(
+        name__in=names, heartbeat_at__lt=Now() - FORGET_WORKER_AFTER
+    ).delete()
+    return queues
+
+
+def _worker_queue_bindings(name: str) -> list[Any]:
+    """A worker's queue as it is bound: by its keeper (`select_add`: the default exchange)
+    and by a sender in another process that does not know it (Celery's missing-queue
+    default: an exchange of the queue's own name)."""
+    from kombu import Exchange, Queue
+
+    from dashboard.celery import app
+
+    return [
+        Queue(name, app.amqp.queues.default_exchange, routing_key=name),
+        Queue(name, Exchange(name), routing_key=name),
+    ]
+
+
+def delete_worker_queues(names: list[str]) -> None:
+    """Delete these workers' queues from the broker: their bindings and their messages."""
+    from dashboard.celery import app
+
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        for name in names:
+            for queue in _worker_queue_bindings(name):
+                bound = queue(channel)
+                # Declared here first: a channel deletes only the bindings it knows.
+                bound.declare()
+                bound.purge()
+                bound.delete()
+            logger.info("watch workers: deleted the queue %s of a worker gone", name)
+
+
+def declare_worker_queue(name: str) -> None:
+    """Bind this worker's queue again (after the others forgot the worker and deleted it)."""
+    from dashboard.celery import app
+
+    # The keeper's own (consumed, `select_add`); the same binding if it is not known here.
+    queue = app.amqp.queues.get(name) or _worker_queue_bindings(name)[0]
+    with app.connection_for_write() as conn:
+        queue(conn.default_channel).declare()
 
 
 class LocalWatchers:
@@ -191,6 +265,12 @@ class WorkerKeeper:
     start: Callable[[int], None]
     local: LocalWatchers = LOCAL
     tick_seconds: float = KEEPER_TICK_SECONDS
+    # Binds `queue` on the broker again, when this worker's row had been forgotten (its
+    # queue then deleted by the others, `forget_gone_workers`); None: nothing to bind.
+    declare: Callable[[], None] | None = None
+    # Deletes workers' queues from the broker (`delete_worker_queues`): those of workers
+    # gone, and this one's own as it leaves. None: the broker is left as it is.
+    delete_queues: Callable[[list[str]], None] | None = None
 
     def __post_init__(self) -> None:
         self.capacity: int | None = None  # unknown until the first tick has read the fleet
@@ -198,6 +278,7 @@ class WorkerKeeper:
         self._thread: threading.Thread | None = None
         self._trouble = False
         self._next_forget = 0.0
+        self._heartbeats = 0
 
     def begin(self) -> None:
         self._thread = threading.Thread(target=self._run, name="watch-keeper", daemon=True)
@@ -218,6 +299,13 @@ class WorkerKeeper:
             logger.warning("watch worker %s: could not leave the fleet", self.name)
         finally:
             connection.close()
+        if self.delete_queues is not None:
+            # Nothing is sent to it from now on (its row is gone, its claims released):
+            # its queue would stay on the broker with nobody to read it.
+            try:
+                self.delete_queues([self.queue])
+            except Exception as exc:  # the broker's errors: the queue stays, as before
+                logger.warning("watch worker %s: could not delete its queue (%s)", self.name, exc)
 
     def may_take(self) -> bool:
         """Whether a watch task not claimed by this keeper may run here (ensure_watchers',
@@ -258,13 +346,21 @@ class WorkerKeeper:
             logger.warning("watch worker %s: claim of cluster %s lapsed", self.name, lock.name)
             lock.release()
         held = self.local.held()
-        record_heartbeat(
+        made = record_heartbeat(
             self.name,
             queue=self.queue,
             concurrency=self.concurrency,
             clusters=len(held),
             capacity=self.capacity or 0,
         )
+        if made and self.declare is not None and self._heartbeats:
+            # Not at the first heartbeat (the worker declared its queue as it started): the
+            # row was forgotten meanwhile, and with it the queue may have been deleted.
+            logger.warning(
+                "watch worker %s: its row was forgotten; binding its queue again", self.name
+            )
+            self.declare()
+        self._heartbeats += 1
         workers = live_workers()
         clusters = list(KubeCluster.objects.filter(enabled=True).values_list("id", flat=True))
         count = max(1, len(workers))
@@ -276,7 +372,7 @@ class WorkerKeeper:
             self._claim(-excess, clusters, held)
         if time.monotonic() >= self._next_forget:
             self._next_forget = time.monotonic() + 600
-            forget_gone_workers()
+            forget_gone_workers(self.delete_queues)
 
     def _hand_off(self, excess: int, workers: list[WatchWorker], clusters: int) -> None:
         # Only what another live worker has room for: a cluster handed to nobody would go
@@ -352,7 +448,12 @@ def join_fleet(worker: Any) -> WorkerKeeper | None:
         watch_cluster.apply_async(args=(cluster_id,), queue=queue)
 
     KEEPER = WorkerKeeper(
-        name=name, queue=queue, concurrency=int(worker.concurrency or 1), start=start
+        name=name,
+        queue=queue,
+        concurrency=int(worker.concurrency or 1),
+        start=start,
+        declare=lambda: declare_worker_queue(queue),
+        delete_queues=delete_worker_queues,
     )
     logger.info("watch worker %s: consuming %s beside %s", name, queue, WATCH_QUEUE)
     return KEEPER

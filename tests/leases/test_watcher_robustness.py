@@ -91,22 +91,34 @@ def terminate_other_sessions() -> int:
         return int(cursor.fetchone()[0])
 
 
+def reader_errors(cluster: KubeCluster) -> str:
+    row = status(cluster)
+    return f"{row.last_error}\n{row.nodes_last_error}"
+
+
 def test_an_unforeseen_failure_is_recorded_and_retried_not_a_silent_end(
     postgres_database: None, apiserver: FakeApiServer
 ) -> None:
     apiserver.store.apply_lease("kube-system", "kube-scheduler", leader_spec("master-0_a"))
     cluster = register(apiserver)
-    runner = RunningWatcher(cluster)
+    # The readers' database calls run on the watcher's one connection, between flushes
+    # (leases.watch_database): with flushes 2 s apart, the reader's call when its stream
+    # ends is the first to find the connection gone.
+    runner = RunningWatcher(cluster, flush_interval=2.0)
     with runner:
         assert apiserver.wait_for_watches(1)
         eventually(lambda: Lease.objects.count() == 1)
+        # The flush's own work done (LeaseCandidates are refreshed after it): nothing uses
+        # the connection until the next flush.
+        eventually(lambda: status(cluster).candidates_api != "")
         assert terminate_other_sessions() >= 1
-        # The reader thread touches the database when a stream ends: it finds its
-        # connection gone, a failure the watch loop did not foresee.
+        # The reader writes its status when a stream ends: the connection is gone, a
+        # failure the watch loop did not foresee.
         apiserver.end_watches()
-        eventually(lambda: "A database call of the watcher failed" in status(cluster).last_error)
-        row = status(cluster)
-        assert "OperationalError" in row.last_error and "Retrying in" in row.last_error
+        # Both streams end: whichever reader asks first meets the broken connection.
+        eventually(lambda: "A database call of the watcher failed" in reader_errors(cluster))
+        error = reader_errors(cluster)
+        assert "OperationalError" in error and "Retrying in" in error
         # It retried: a new watch, and what the server changes is written again.
         assert apiserver.wait_for_watches(1)
         apiserver.store.apply_lease("kube-system", "kube-scheduler", leader_spec("master-1_b", 1))

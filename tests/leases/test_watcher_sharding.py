@@ -48,9 +48,34 @@ from tests.faults.test_worker_dependencies import PrivateRedis
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CLUSTERS = 8
+ON_POSTGRESQL = os.environ.get("DATABASE_URL", "").startswith("postgres")
+# What a watch worker holds beside its watchers' one connection each: its keeper's, and a
+# pool thread's that ran a short task (kept for DB_CONN_MAX_AGE).
+WORKER_OWN_SESSIONS = 3
 LEADER = HeldLease("ops", "leader", "leader-a", 10)
 # The watchers' own sessions end with the workers; the test database is dropped after.
 TAKEOVER_LIMIT_SECONDS = 30
+
+
+def app_name(worker: str) -> str:
+    return f"watch-test-{worker}"
+
+
+def peak_sessions(workers: list[str], seconds: float = 3.0) -> dict[str, int]:
+    """The most PostgreSQL sessions each worker process held over a few seconds."""
+    peak = dict.fromkeys(workers, 0)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT application_name, count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() GROUP BY application_name"
+            )
+            counts = dict(cursor.fetchall())
+        for worker in workers:
+            peak[worker] = max(peak[worker], counts.get(app_name(worker), 0))
+        time.sleep(0.1)
+    return peak
 
 
 @dataclass
@@ -85,7 +110,8 @@ class Fleet:
                 "--without-gossip",
             ],
             cwd=REPO_ROOT,
-            env=self.env,
+            # Its PostgreSQL sessions are told apart by the name libpq takes from PGAPPNAME.
+            env={**self.env, "PGAPPNAME": app_name(name)},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -228,9 +254,9 @@ def transitions_seen(count: int) -> bool:
 
 
 @pytest.mark.skipif(
-    not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+    not ON_POSTGRESQL,
     reason="three workers on SQLite's single writer outlast the test's deadlines under a full"
-    " parallel run; CI runs it on PostgreSQL + Redis",
+    " parallel run (tried with 4 and 6 clusters too); CI runs it on PostgreSQL + Redis",
 )
 def test_clusters_spread_over_workers_a_joiner_takes_its_share_and_a_killed_ones_are_taken_over(
     fleet_env: dict[str, str], tmp_path: Path, settings: Any
@@ -258,6 +284,12 @@ def test_clusters_spread_over_workers_a_joiner_takes_its_share_and_a_killed_ones
         )
         eventually(lambda: one_watch_each(servers), 10, "a cluster has more than one watcher")
         assert WatchWorker.objects.count() == 2
+        # One connection per watched cluster (leases.watch_database), and a few of the
+        # worker's own: its keeper, and pool threads that ran a short task.
+        sessions = peak_sessions(["w1", "w2"])
+        held = holdings(fleet.pids())
+        for name in ("w1", "w2"):
+            assert sessions[name] <= held[name] + WORKER_OWN_SESSIONS, (sessions, held)
         change_holders(servers, "leader-b", 1)
         eventually(lambda: transitions_seen(1), 10)
 

@@ -199,3 +199,65 @@ def test_the_watchers_page_and_metrics_show_which_worker_watches_which_cluster(
     assert 'lease_dashboard_watch_worker_clusters{worker="pod-a:11"} 1.0' in metrics
     assert "lease_dashboard_watch_clusters_unwatched 1.0" in metrics
     assert 'worker="pod-b:12"' not in metrics, "a gone worker has no series"
+
+
+# --- what a worker gone leaves on the broker ------------------------------------------------
+
+
+def bound_queues(channel: Any, exchange: str) -> set[str]:
+    return {queue for _, _, queue in channel.get_table(exchange)}
+
+
+def test_a_worker_gone_for_an_hour_is_forgotten_with_its_queue(private_broker: None) -> None:
+    from dashboard.celery import app
+    from leases.tasks import watch_cluster
+
+    gone, live = "gone-host:41", "live-host:42"
+    for name in (gone, live):
+        queue = worker_queue(name)
+        with app.connection_for_write() as conn:
+            # As the worker bound it when it started (Celery's select_add) ...
+            keepers_queues = app.amqp.Queues([])
+            keepers_queues.select_add(queue)
+            keepers_queues[queue](conn.default_channel).declare()
+        # ... and a claim sent to it that it never ran (sent as beat sends one).
+        watch_cluster.apply_async(args=(999,), queue=queue)
+    long_ago = Now() - watcher_assignment.FORGET_WORKER_AFTER - timedelta(minutes=1)
+    WatchWorker.objects.create(
+        name=gone, queue=worker_queue(gone), started_at=long_ago, heartbeat_at=long_ago
+    )
+    WatchWorker.objects.create(
+        name=live, queue=worker_queue(live), started_at=Now(), heartbeat_at=Now()
+    )
+
+    deleted = watcher_assignment.forget_gone_workers(watcher_assignment.delete_worker_queues)
+
+    assert deleted == [worker_queue(gone)]
+    assert list(WatchWorker.objects.values_list("name", flat=True)) == [live]
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        assert channel._size(worker_queue(gone)) == 0
+        assert channel._size(worker_queue(live)) == 1
+        default = app.amqp.queues.default_exchange.name
+        assert worker_queue(gone) not in bound_queues(channel, default)
+        assert worker_queue(gone) not in bound_queues(channel, worker_queue(gone))
+        assert worker_queue(live) in bound_queues(channel, default)
+
+
+def test_a_keeper_whose_row_was_forgotten_binds_its_queue_again() -> None:
+    declared: list[str] = []
+    one = WorkerKeeper(
+        name="host:1",
+        queue=worker_queue("host:1"),
+        concurrency=4,
+        start=lambda cluster_id: None,
+        local=LocalWatchers(),
+        declare=lambda: declared.append("host:1"),
+    )
+    one.tick()
+    one.tick()
+    assert declared == []  # bound as the worker started, and its row is there
+    WatchWorker.objects.filter(name="host:1").delete()  # the others forgot it
+    one.tick()
+    assert declared == ["host:1"]
+    assert WatchWorker.objects.filter(name="host:1").exists()

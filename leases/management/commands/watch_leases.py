@@ -7,6 +7,7 @@ from types import FrameType
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
+from django.db import connection
 from django.utils.translation import gettext as _
 
 from dashboard.commands import DatabaseCommand
@@ -45,6 +46,10 @@ class Command(DatabaseCommand):
         ids = list(clusters.values_list("id", flat=True))
         if not ids:
             raise CommandError(_("No enabled cluster. Add one with add_kube_cluster."))
+        if not connection.in_atomic_block:
+            # Given back while the watchers run: each holds its cluster's one connection, and
+            # this thread needs none until they end.
+            connection.close()
         stop = threading.Event()
         busy: list[int] = []
 
