@@ -62,7 +62,7 @@ SHUTDOWN = threading.Event()
 
 WATCH_TIMEOUT_SECONDS = 290
 FLUSH_INTERVAL_SECONDS = 0.5
-LOCK_RENEW_INTERVAL_SECONDS = 5.0
+LOCK_RENEW_INTERVAL_SECONDS = 2.0
 CANDIDATES_INTERVAL_SECONDS = 15.0
 SETTINGS_CHECK_INTERVAL_SECONDS = 5.0
 # While the lock's store does not answer, renewals are tried at every tick: once it is
