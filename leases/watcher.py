@@ -69,7 +69,7 @@ SHUTDOWN = threading.Event()
 
 WATCH_TIMEOUT_SECONDS = 290
 FLUSH_INTERVAL_SECONDS = 0.5
-LOCK_RENEW_INTERVAL_SECONDS = 5.0
+LOCK_RENEW_INTERVAL_SECONDS = 2.0
 CANDIDATES_INTERVAL_SECONDS = 15.0
 SETTINGS_CHECK_INTERVAL_SECONDS = 5.0
 # The housekeeping thread waits for the next flush in slices this long: work a reader hands
