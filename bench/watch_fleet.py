@@ -324,12 +324,21 @@ def run(args: argparse.Namespace) -> int:
             )
             if seconds is None:
                 return 1
-            time.sleep(3)  # the keepers settle their shares
-            spread = instance.spread()
             log(
                 f"every cluster watched and every object stored after {seconds:.1f} s; "
-                f"clusters per worker {dict(sorted(spread.items()))} (share {share})"
+                f"clusters per worker {dict(sorted(instance.spread().items()))} (share {share})"
             )
+            balanced = wait_for(
+                "no worker above its share plus one",
+                lambda: max(instance.spread().values()) <= share + 1,
+                90,
+            )
+            spread = instance.spread()
+            if balanced is not None:
+                log(
+                    f"no worker above its share plus one {balanced:.1f} s later: clusters per "
+                    f"worker {dict(sorted(spread.items()))}"
+                )
             peak_connections: Counter[str] = Counter()
             for _ in range(8):
                 for name, count in instance.connections().items():
@@ -347,6 +356,8 @@ def run(args: argparse.Namespace) -> int:
             before = instance.history()
             log(f"history and incidents before the kill: {before}")
 
+            spread = instance.spread()
+            log(f"clusters per worker before the kill {dict(sorted(spread.items()))}")
             victim = max(names, key=lambda name: spread[name])
             pid_others = {n: p.pid for n, p in instance.workers.items() if n != victim}
             instance.workers[victim].send_signal(signal.SIGKILL)
