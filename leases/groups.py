@@ -117,6 +117,9 @@ STATUS_ORDER = {
 
 # (cluster id, namespace, group name): a group, as the slot leases name it.
 GroupKey = tuple[int, str, str]
+# Groups named in one statement by `leader_groups(keys=...)`: three parameters each, well
+# within SQLite's limit.
+KEYS_PER_QUERY = 200
 
 
 @dataclass(slots=True)
@@ -281,7 +284,7 @@ def leader_groups(
     keys: Collection[GroupKey] | None = None,
 ) -> list[GroupState]:
     """Every group (or the one named, or those of `keys`), naturally sorted. Three queries,
-    however many groups."""
+    however many groups (with `keys`: two more per KEYS_PER_QUERY groups past the first)."""
     clusters = KubeCluster.objects.all()
     if cluster is not None:
         clusters = clusters.filter(name=cluster)
@@ -303,13 +306,25 @@ def leader_groups(
     if keys is not None:
         if not keys:
             return []
-        # By the (cluster, namespace, group_name) index: only these groups' slots are read.
-        leases = leases.filter(
-            reduce(or_, (Q(cluster_id=c, namespace=n, group_name=g) for c, n, g in keys))
-        )
-        admin_rows = admin_rows.filter(
-            reduce(or_, (Q(cluster_id=c, namespace=n, name=g) for c, n, g in keys))
-        )
+        # By the (cluster, namespace, group_name) index: only these groups' slots are read,
+        # a statement per KEYS_PER_QUERY groups (a mass expiry can name thousands).
+        wanted = list(keys)
+        chunks = [wanted[at : at + KEYS_PER_QUERY] for at in range(0, len(wanted), KEYS_PER_QUERY)]
+        found = [
+            lease
+            for chunk in chunks
+            for lease in leases.filter(
+                reduce(or_, (Q(cluster_id=c, namespace=n, group_name=g) for c, n, g in chunk))
+            )
+        ]
+        sizes = {
+            (cluster_id, ns, group): size
+            for chunk in chunks
+            for cluster_id, ns, group, size in admin_rows.filter(
+                reduce(or_, (Q(cluster_id=c, namespace=n, name=g) for c, n, g in chunk))
+            ).values_list("cluster_id", "namespace", "name", "expected_size")
+        }
+        return _groups_from(found, names, as_of, sizes, now)
     sizes = {
         (cluster_id, ns, group): size
         for cluster_id, ns, group, size in admin_rows.values_list(
