@@ -202,10 +202,16 @@ def ranked_statement(
             else ("1 = 1", [])
         )
         order, order_params = order_sql(rest, descending, backwards, column_sql)
+        # "No problem" as a CASE, not as `rank = NONE`: PostgreSQL guesses an equality on an
+        # expression it keeps no statistics of matches 0.5 % of the rows, so that a page of
+        # 500 (the API's) would need the whole index read, and it sorts a scan of every lease
+        # instead (142 of 161 ms at 100,000 leases). Of a CASE it guesses half, nearer the
+        # truth (nearly every lease has no problem), and it reads the index a page at a time.
+        no_problem = f"CASE WHEN ({rank}) = {none} THEN TRUE ELSE FALSE END"
         sql = (
             f"SELECT * FROM (SELECT {', '.join(lease_column(name) for name in narrow)}, "  # noqa: S608
             f"{none} AS {quote(RANK_FIELD)} FROM {table} "
-            f"WHERE {where} AND ({rank}) = {none} AND {keyset_where} "
+            f"WHERE {where} AND {no_problem} AND {keyset_where} "
             f"ORDER BY {order} LIMIT %s) AS {quote('others')}"
         )
         return sql, [*params, *rank_params, *keyset_params, *order_params, limit + 1]
