@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
-from operator import or_
+from operator import attrgetter, or_
 
 import orjson
 from django.db import models, transaction
@@ -343,19 +344,22 @@ class GroupSummary:
     namespace: str
     name: str
     status: GroupStatus
+    # Its place on the groups pages: problem groups first, then in natural order. Worked
+    # out once: the list is sorted by it and searched for a cursor's place.
+    order: tuple[int, str, str, str] = field(init=False)
 
-    @property
-    def key(self) -> GroupKey:
-        return self.cluster_id, self.namespace, self.name
-
-    def order(self) -> tuple[int, str, str, str]:
-        """Its place on the groups pages: problem groups first, then in natural order."""
-        return (
+    def __post_init__(self) -> None:
+        place = (
             STATUS_ORDER[self.status],
             natural_key(self.cluster),
             natural_key(self.namespace),
             natural_key(self.name),
         )
+        object.__setattr__(self, "order", place)
+
+    @property
+    def key(self) -> GroupKey:
+        return self.cluster_id, self.namespace, self.name
 
 
 def _counted(condition: tuple[str, list[object]]) -> Sum:
@@ -419,7 +423,7 @@ def group_summaries(
         )
         for cluster_id, ns, group, held_slots, unknown_slots in counted
     ]
-    summaries.sort(key=GroupSummary.order)
+    summaries.sort(key=attrgetter("order"))
     return summaries
 
 
@@ -487,12 +491,7 @@ def leader_group_page(
     slot leases, not with the leases of the other groups. CursorError for a bad cursor."""
     after = decode_group_cursor(cursor) if cursor is not None else None
     summaries = group_summaries(now, cluster=cluster, namespace=namespace)
-    start = 0
-    if after is not None:
-        start = next(
-            (index for index, summary in enumerate(summaries) if summary.order() > after),
-            len(summaries),
-        )
+    start = 0 if after is None else bisect_right(summaries, after, key=attrgetter("order"))
     shown = summaries[start : start + limit]
     more = start + limit < len(summaries)
     by_key = {
