@@ -5,6 +5,10 @@ watcher is stale opens nothing and resolves nothing here: its leases look expire
 clock while nobody sees the renewals. Holder identities and tokens are whatever a client
 wrote: they go into facts and items (escaped in every body), never into a title, which
 becomes the mail subject.
+
+The group rules read only the groups that can matter (`_unstaffed_candidates`,
+`_degraded_candidates`): a group whose every slot renews on time is never read, so an
+evaluation's cost does not grow with healthy groups.
 """
 
 from __future__ import annotations
@@ -27,11 +31,11 @@ from alerts.conditions import (
     item_list,
     time_fact,
 )
-from alerts.lease_rules import CLUSTER_DISABLED, CLUSTER_REMOVED, kube_clusters
+from alerts.lease_rules import CLUSTER_DISABLED, CLUSTER_REMOVED, DUE_CHUNK, kube_clusters
 from alerts.models import Rule
 from dashboard.links import lease_url
-from leases.groups import GroupState, SlotState, leader_groups
-from leases.models import KubeCluster, LeaseTransition
+from leases.groups import GroupKey, GroupState, SlotState, group_member_leases, leader_groups
+from leases.models import KubeCluster, LeaderGroup, LeaseDeadline, LeaseTransition
 from leases.presenters.groups import group_url
 
 # How long a fencing_token_reused incident stays open after the last reuse, unless the
@@ -147,6 +151,58 @@ def _group_notes(
         outcome.notes[incident.key] = note
 
 
+def _open_incident_groups(ctx: RuleContext, rule: Rule) -> set[GroupKey]:
+    """The groups of the rule's open incidents: read, so that each resolves with the right
+    note (held again, or gone)."""
+    if not ctx.unresolved:
+        return set()
+    ids = dict(KubeCluster.objects.values_list("name", "id"))
+    found = set()
+    for incident in ctx.unresolved.values():
+        cluster_id = ids.get(incident.cluster)
+        prefix = f"{rule}:{incident.cluster}/"
+        if cluster_id is None or not incident.key.startswith(prefix):
+            continue  # a removed cluster's incident resolves without its group
+        namespace, _, name = incident.key.removeprefix(prefix).partition("/")
+        found.add((cluster_id, namespace, name))
+    return found
+
+
+def _unstaffed_candidates(ctx: RuleContext) -> set[GroupKey]:
+    """The groups that may have no slot held at `ctx.now`, and those with an open incident.
+
+    A group with no slot held has every slot expired, released or of unknown state. An
+    expired slot, or one whose expiry passed after its data's as-of moment, is due by its
+    expiry schedule (LeaseDeadline.soon_at <= now); a released one has no schedule (None);
+    a stale cluster's groups are frozen by the cluster, not read. Both are index reads of
+    the narrow schedule, then the slot leases among them by id: a group whose slots renew
+    on time is not read.
+    """
+    ids = list(
+        LeaseDeadline.objects.filter(soon_at__lte=ctx.now)
+        .order_by("soon_at")  # see alerts.lease_rules.due_lease_ids
+        .values_list("lease_id", flat=True)
+    )
+    ids += LeaseDeadline.objects.filter(soon_at__isnull=True).values_list("lease_id", flat=True)
+    found = _open_incident_groups(ctx, Rule.LEADER_GROUP_UNSTAFFED)
+    for start in range(0, len(ids), DUE_CHUNK):
+        found.update(
+            group_member_leases()
+            .filter(pk__in=ids[start : start + DUE_CHUNK])
+            .values_list("cluster_id", "namespace", "group_name")
+        )
+    return found
+
+
+def _degraded_candidates(ctx: RuleContext) -> set[GroupKey]:
+    """The groups an admin recorded an expected size for (the rule judges no other), and
+    those with an open incident (a size cleared resolves it)."""
+    recorded = LeaderGroup.objects.filter(expected_size__isnull=False).values_list(
+        "cluster_id", "namespace", "name"
+    )
+    return {*recorded, *_open_incident_groups(ctx, Rule.LEADER_GROUP_DEGRADED)}
+
+
 def leader_group_unstaffed(ctx: RuleContext) -> RuleOutcome:
     """No slot of a leader-k8s group held (expired or released) for longer than the grace.
 
@@ -156,7 +212,7 @@ def leader_group_unstaffed(ctx: RuleContext) -> RuleOutcome:
     outcome = RuleOutcome()
     groups = {
         _group_key(Rule.LEADER_GROUP_UNSTAFFED, group): group
-        for group in leader_groups(ctx.now, enabled_only=True)
+        for group in leader_groups(ctx.now, enabled_only=True, keys=_unstaffed_candidates(ctx))
     }
     observed = _observed_since()
     for key, group in groups.items():
@@ -226,7 +282,7 @@ def leader_group_degraded(ctx: RuleContext) -> RuleOutcome:
     outcome = RuleOutcome()
     groups = {
         _group_key(Rule.LEADER_GROUP_DEGRADED, group): group
-        for group in leader_groups(ctx.now, enabled_only=True)
+        for group in leader_groups(ctx.now, enabled_only=True, keys=_degraded_candidates(ctx))
     }
     observed = _observed_since()
     for key, group in groups.items():

@@ -18,11 +18,11 @@ from leases.models import (
     LeaseTransition,
     lease_state,
 )
+from leases.problems_first import ranked_page
 from leases.queries import (
     LeaseFilters,
     filter_leases,
     keyset_page,
-    ranked_page,
 )
 
 API_PAGE_SIZE = 500

@@ -92,7 +92,7 @@ SORT_KEYS: dict[str, SortKey] = {
         # each by name. The rank is computed from the clock, so no index holds it: the
         # statement ranks only the leases that may have a problem (found through their
         # expiry schedule, LeaseDeadline) and reads the rest, which all rank alike, from a
-        # natural-name index a page at a time (leases.queries._ranked_statement).
+        # natural-name index a page at a time (leases.problems_first.ranked_statement).
         SortKey(
             PROBLEMS_SORT,
             _("Problems first"),

@@ -51,7 +51,8 @@ def may_record_expected_size(
 
 
 def group_list(request: HttpRequest) -> HttpResponse:
-    return render_page(request, "leases/groups.html", {"page": groups_page(timezone.now())})
+    cursor = request.GET.get("after") or None
+    return render_page(request, "leases/groups.html", {"page": groups_page(timezone.now(), cursor)})
 
 
 # A refused expected size comes back to the group page in this query parameter (post/

@@ -10,20 +10,35 @@ maxLeaders is written on no lease, so a group's size is what an admin recorded
 
 Only live leases count: a deleted slot lease is a slot nobody can hold until the elector
 recreates it. Everything here reads; nothing writes but `set_expected_size`.
+
+A fleet has many groups: the groups page and the API show a page of them
+(`leader_group_page`), problem groups first. Which groups there are and how each is staffed
+is one aggregate query over the slot leases (`group_summaries`, no lease rows leave the
+database); only the groups on the page have their slot leases read.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass
+import base64
+import binascii
+from bisect import bisect_right
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import reduce
+from operator import attrgetter, or_
 
+import orjson
 from django.db import models, transaction
+from django.db.models import Case, IntegerField, Q, Sum, Value, When
+from django.db.models.expressions import RawSQL
 from django.utils.translation import gettext_lazy as _
 
 from dashboard.natural import natural_key
+from leases.cursors import CursorError
 from leases.models import KubeCluster, LeaderGroup, Lease, LeaseLibrary, LeaseState
+from leases.queries import state_sql
 
 # The columns the group pages, the API and the alert rules read; the annotations can be
 # kilobytes per lease and are never needed here.
@@ -79,6 +94,33 @@ _SLOT_STATES = {
     LeaseState.RELEASED: SlotState.FREE,
     LeaseState.UNKNOWN: SlotState.UNKNOWN,
 }
+
+
+def judge_status(held: int, expected: int | None, *, known: bool) -> GroupStatus:
+    """A group's status from its slots held, its recorded size and whether every slot's
+    state is known (a slot never seen is known: nobody holds it)."""
+    if not known and (held == 0 or (expected is not None and held < expected)):
+        return GroupStatus.UNKNOWN  # the slots not known may be held
+    if held == 0:
+        return GroupStatus.UNSTAFFED
+    if expected is not None and held < expected:
+        return GroupStatus.DEGRADED
+    return GroupStatus.STAFFED
+
+
+# The groups pages' order: those needing a look first, the worst first, then the rest.
+STATUS_ORDER = {
+    GroupStatus.UNSTAFFED: 0,
+    GroupStatus.DEGRADED: 1,
+    GroupStatus.UNKNOWN: 2,
+    GroupStatus.STAFFED: 3,
+}
+
+# (cluster id, namespace, group name): a group, as the slot leases name it.
+GroupKey = tuple[int, str, str]
+# Groups named in one statement by `leader_groups(keys=...)`: three parameters each, well
+# within SQLite's limit.
+KEYS_PER_QUERY = 200
 
 
 @dataclass(slots=True)
@@ -153,14 +195,7 @@ class GroupState:
 
     @property
     def status(self) -> GroupStatus:
-        held = self.held
-        if not self.known and (held == 0 or (self.expected is not None and held < self.expected)):
-            return GroupStatus.UNKNOWN  # the slots not known may be held
-        if held == 0:
-            return GroupStatus.UNSTAFFED
-        if self.expected is not None and held < self.expected:
-            return GroupStatus.DEGRADED
-        return GroupStatus.STAFFED
+        return judge_status(self.held, self.expected, known=self.known)
 
     @property
     def leases(self) -> list[Lease]:
@@ -247,8 +282,10 @@ def leader_groups(
     namespace: str | None = None,
     name: str | None = None,
     enabled_only: bool = False,
+    keys: Collection[GroupKey] | None = None,
 ) -> list[GroupState]:
-    """Every group (or the one named), naturally sorted. Three queries, however many groups."""
+    """Every group (or the one named, or those of `keys`), naturally sorted. Three queries,
+    however many groups (with `keys`: two more per KEYS_PER_QUERY groups past the first)."""
     clusters = KubeCluster.objects.all()
     if cluster is not None:
         clusters = clusters.filter(name=cluster)
@@ -267,6 +304,28 @@ def leader_groups(
     if name is not None:
         leases = leases.filter(group_name=name)
         admin_rows = admin_rows.filter(name=name)
+    if keys is not None:
+        if not keys:
+            return []
+        # By the (cluster, namespace, group_name) index: only these groups' slots are read,
+        # a statement per KEYS_PER_QUERY groups (a mass expiry can name thousands).
+        wanted = list(keys)
+        chunks = [wanted[at : at + KEYS_PER_QUERY] for at in range(0, len(wanted), KEYS_PER_QUERY)]
+        found = [
+            lease
+            for chunk in chunks
+            for lease in leases.filter(
+                reduce(or_, (Q(cluster_id=c, namespace=n, group_name=g) for c, n, g in chunk))
+            )
+        ]
+        sizes = {
+            (cluster_id, ns, group): size
+            for chunk in chunks
+            for cluster_id, ns, group, size in admin_rows.filter(
+                reduce(or_, (Q(cluster_id=c, namespace=n, name=g) for c, n, g in chunk))
+            ).values_list("cluster_id", "namespace", "name", "expected_size")
+        }
+        return _groups_from(found, names, as_of, sizes, now)
     sizes = {
         (cluster_id, ns, group): size
         for cluster_id, ns, group, size in admin_rows.values_list(
@@ -274,6 +333,182 @@ def leader_groups(
         )
     }
     return _groups_from(leases, names, as_of, sizes, now)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """A group's name and status, without its slots (`group_summaries`)."""
+
+    cluster_id: int
+    cluster: str
+    namespace: str
+    name: str
+    status: GroupStatus
+    # Its place on the groups pages: problem groups first, then in natural order. Worked
+    # out once: the list is sorted by it and searched for a cursor's place.
+    order: tuple[int, str, str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        place = (
+            STATUS_ORDER[self.status],
+            natural_key(self.cluster),
+            natural_key(self.namespace),
+            natural_key(self.name),
+        )
+        object.__setattr__(self, "order", place)
+
+    @property
+    def key(self) -> GroupKey:
+        return self.cluster_id, self.namespace, self.name
+
+
+def _counted(condition: tuple[str, list[object]]) -> Sum:
+    sql, params = condition
+    # Built from column names and placeholders only (leases.queries.state_sql).
+    matches = RawSQL(sql, tuple(params), output_field=models.BooleanField())  # noqa: S611
+    return Sum(Case(When(matches, then=Value(1)), default=Value(0), output_field=IntegerField()))
+
+
+def group_summaries(
+    now: datetime,
+    *,
+    cluster: str | None = None,
+    namespace: str | None = None,
+    enabled_only: bool = False,
+) -> list[GroupSummary]:
+    """Every group's status at `now`, in the groups pages' order: three queries, one of them
+    an aggregate over the slot leases that returns a row per group, not per lease. Each
+    slot judged by `leases.queries.state_sql`, the SQL form of `Lease.state_at`."""
+    clusters = KubeCluster.objects.all()
+    if cluster is not None:
+        clusters = clusters.filter(name=cluster)
+    if enabled_only:
+        clusters = clusters.filter(enabled=True)
+    rows = list(clusters.values_list("id", "name", "enabled", "leases_as_of"))
+    names = {cluster_id: cluster_name for cluster_id, cluster_name, _, _ in rows}
+    if not names:
+        return []
+    # What state_sql judges by: the as-of moment of each enabled cluster (it keeps those
+    # whose data is current), as `leader_groups` judges each slot.
+    as_of = {cluster_id: at for cluster_id, _, enabled, at in rows if enabled and at is not None}
+    held, unknown = (
+        state_sql(state, now, as_of) for state in (LeaseState.HELD, LeaseState.UNKNOWN)
+    )
+    assert held is not None and unknown is not None
+    leases = group_member_leases().filter(cluster_id__in=list(names))
+    sizes = LeaderGroup.objects.filter(cluster_id__in=list(names), expected_size__isnull=False)
+    if namespace is not None:
+        leases = leases.filter(namespace=namespace)
+        sizes = sizes.filter(namespace=namespace)
+    expected = {
+        (cluster_id, ns, group): size
+        for cluster_id, ns, group, size in sizes.values_list(
+            "cluster_id", "namespace", "name", "expected_size"
+        )
+    }
+    counted = (
+        leases.order_by()
+        .values_list("cluster_id", "namespace", "group_name")
+        .annotate(held=_counted(held), unknown=_counted(unknown))
+    )
+    summaries = [
+        GroupSummary(
+            cluster_id=cluster_id,
+            cluster=names[cluster_id],
+            namespace=ns,
+            name=group,
+            status=judge_status(
+                held_slots, expected.get((cluster_id, ns, group)), known=not unknown_slots
+            ),
+        )
+        for cluster_id, ns, group, held_slots, unknown_slots in counted
+    ]
+    summaries.sort(key=attrgetter("order"))
+    return summaries
+
+
+def encode_group_cursor(summary: GroupSummary) -> str:
+    """The cursor of the page after this group: its place in the order, not an offset, so a
+    group added or gone before it moves no other group to another page."""
+    payload = [STATUS_ORDER[summary.status], summary.cluster, summary.namespace, summary.name]
+    return base64.urlsafe_b64encode(orjson.dumps(payload)).rstrip(b"=").decode()
+
+
+def decode_group_cursor(token: str) -> tuple[int, str, str, str]:
+    """The place a cursor names, as `GroupSummary.order` gives it; CursorError if it is not
+    one (a URL anyone can edit)."""
+    try:
+        payload = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError) as error:
+        raise CursorError("not a page cursor") from error
+    if (
+        not isinstance(payload, list)
+        or len(payload) != 4
+        or not isinstance(payload[0], int)
+        or not all(isinstance(part, str) for part in payload[1:])
+    ):
+        raise CursorError("not a page cursor")
+    rank, cluster, namespace, name = payload
+    return rank, natural_key(cluster), natural_key(namespace), natural_key(name)
+
+
+@dataclass(slots=True)
+class GroupPage:
+    """One page of groups, with what the whole list holds: how many groups in all, and
+    how many of each status, so that no problem group is out of sight."""
+
+    groups: list[GroupState]
+    total: int
+    by_status: Counter[GroupStatus]
+    # Groups before this page (0 on the first) and after it.
+    before: int
+    next_cursor: str | None
+
+    @property
+    def needing_a_look(self) -> int:
+        return self.total - self.by_status[GroupStatus.STAFFED]
+
+    @property
+    def not_shown(self) -> int:
+        return self.total - len(self.groups)
+
+    @property
+    def problems_not_shown(self) -> int:
+        shown = sum(1 for group in self.groups if group.status != GroupStatus.STAFFED)
+        return self.needing_a_look - shown
+
+
+def leader_group_page(
+    now: datetime,
+    cursor: str | None,
+    limit: int,
+    *,
+    cluster: str | None = None,
+    namespace: str | None = None,
+) -> GroupPage:
+    """`limit` groups after `cursor` (None: the first page) in the groups pages' order, with
+    their slots. Its reads grow with the groups (one aggregate row each) and with the page's
+    slot leases, not with the leases of the other groups. CursorError for a bad cursor."""
+    after = decode_group_cursor(cursor) if cursor is not None else None
+    summaries = group_summaries(now, cluster=cluster, namespace=namespace)
+    start = 0 if after is None else bisect_right(summaries, after, key=attrgetter("order"))
+    shown = summaries[start : start + limit]
+    more = start + limit < len(summaries)
+    by_key = {
+        (group.cluster_id, group.namespace, group.name): group
+        for group in leader_groups(
+            now, cluster=cluster, namespace=namespace, keys=[summary.key for summary in shown]
+        )
+    }
+    # A group gone between the two reads is left out; the order is the summaries'.
+    groups = [by_key[summary.key] for summary in shown if summary.key in by_key]
+    return GroupPage(
+        groups=groups,
+        total=len(summaries),
+        by_status=Counter(summary.status for summary in summaries),
+        before=start,
+        next_cursor=encode_group_cursor(shown[-1]) if shown and more else None,
+    )
 
 
 def leader_group(cluster: str, namespace: str, name: str, now: datetime) -> GroupState | None:

@@ -8,10 +8,8 @@ Nothing here writes or formats. Every function takes `now` from its caller: a le
 is a matter of the clock (`renewTime + leaseDurationSeconds`), and one request must judge
 all its rows by one clock. So is its problem rank (`Problem`), the Leases page's default
 order: `problem_rank_sql` in SQL, `fencing_anomaly` and `expiring_soon` for one row in
-Python, side by side here. A problems-first page ranks only the leases that may have a
-problem (`problem_candidates_sql`: their expiry schedule says so, or their history), then
-reads the rest from an index (`_ranked_statement`): its cost grows with the problems and
-the page, not with the leases.
+Python, side by side here. A problems-first page is read by `leases.problems_first`, at a
+cost that grows with the problems and the page, not with the leases.
 """
 
 from __future__ import annotations
@@ -59,7 +57,6 @@ from leases.models import (
     EXPIRING_SOON,
     EXPIRING_SOON_PARTS,
     Lease,
-    LeaseDeadline,
     LeaseQuerySet,
     LeaseState,
 )
@@ -119,14 +116,14 @@ class ProblemBounds:
         return cls(now, now - FENCING_ANOMALY_WINDOW, now + EXPIRING_SOON, ends)
 
 
-def _column_sql(column: SortColumn) -> tuple[str, list[Any]]:
+def column_sql(column: SortColumn) -> tuple[str, list[Any]]:
     """A sort column in a statement whose lease table (or the derived table in its place)
     has every sort column, the problem rank included."""
-    return _stored_column_sql(column.field, column.bytewise), []
+    return stored_column_sql(column.field, column.bytewise), []
 
 
 @cache
-def _stored_column_sql(field: str, compared_bytewise: bool) -> str:
+def stored_column_sql(field: str, compared_bytewise: bool) -> str:
     if field == RANK_FIELD:
         table = connection.ops.quote_name(Lease._meta.db_table)
         return f"{table}.{connection.ops.quote_name(RANK_FIELD)}"
@@ -400,7 +397,7 @@ class KeysetPage:
     previous_cursor: str | None
 
 
-def _adapted(cursor: Cursor) -> Cursor:
+def adapted_cursor(cursor: Cursor) -> Cursor:
     # Times as the database compares them (SQLite stores naive UTC text).
     values = tuple(
         connection.ops.adapt_datetimefield_value(value) if isinstance(value, datetime) else value
@@ -409,7 +406,7 @@ def _adapted(cursor: Cursor) -> Cursor:
     return Cursor(cursor.direction, values)
 
 
-def _page(
+def page_from_rows(
     rows: list[Any], cursor: Cursor | None, limit: int, cursor_of: Callable[[Any], str]
 ) -> KeysetPage:
     """A page from `limit + 1` rows fetched in the page's order (backwards before a cursor)."""
@@ -448,13 +445,13 @@ def keyset_page(
     if cursor is not None:
         rank = leases.query.annotations.get(RANK_FIELD)
 
-        def column_sql(column: SortColumn) -> tuple[str, list[Any]]:
+        def rank_or_column_sql(column: SortColumn) -> tuple[str, list[Any]]:
             # The ORM cannot name an annotation in a condition: the rank's SQL goes in.
             if column.computed and isinstance(rank, RawSQL):
                 return f"({rank.sql})", list(rank.params)
-            return _column_sql(column)
+            return column_sql(column)
 
-        sql, params = keyset_sql(sort, descending, _adapted(cursor), column_sql)
+        sql, params = keyset_sql(sort, descending, adapted_cursor(cursor), rank_or_column_sql)
         leases = leases.filter(_condition(sql, params))
     ordered = leases.order_by(*_order_by(sort, descending, backwards))
     rows = list(ordered.values(*wanted)[: limit + 1])
@@ -462,7 +459,7 @@ def keyset_page(
     def cursor_of(row: dict[str, Any]) -> str:
         return encode_cursor([row[name] for name in columns], row["id"], sort)
 
-    return _page(rows, cursor, limit, cursor_of)
+    return page_from_rows(rows, cursor, limit, cursor_of)
 
 
 # What a row of the Leases table holds, in this order, followed by its recent holder changes.
@@ -510,17 +507,20 @@ def table_page(
     backwards = cursor is not None and cursor.direction == "before"
     keyset: tuple[str, list[Any]] | None = None
     if cursor is not None and not sort.computed:
-        keyset = keyset_sql(sort, descending, _adapted(cursor), _column_sql)
+        keyset = keyset_sql(sort, descending, adapted_cursor(cursor), column_sql)
     changes, changes_params = recent_changes_sql(lease_column("id"), now, policy)
     selected = ", ".join(lease_column(name) for name in TABLE_COLUMNS)
     # Sort values a row does not show (the name key, the rank): selected last, for the
     # cursors, and cut off the rows before they are returned.
     extra = [column.field for column in sort.all_columns if column.field not in TABLE_COLUMNS]
     if sort.computed:
-        statement, statement_params = _ranked_statement(
+        # Imported here: problems first is built on this module's filters and rank.
+        from leases.problems_first import page_column, ranked_statement
+
+        statement, statement_params = ranked_statement(
             sort, descending, backwards, cursor, filters, conditions, params, now, policy, limit
         )
-        selected_extra = "".join(f", {_page_column(name)}" for name in extra)
+        selected_extra = "".join(f", {page_column(name)}" for name in extra)
         statement = f"SELECT {selected}, ({changes}){selected_extra} {statement}"
     else:
         if keyset is not None:
@@ -529,7 +529,7 @@ def table_page(
         table = connection.ops.quote_name(Lease._meta.db_table)
         selected_extra = "".join(f", {lease_column(name)}" for name in extra)
         where_sql = " AND ".join(conditions) or "1 = 1"
-        order, order_params = order_sql(sort, descending, backwards, _column_sql)
+        order, order_params = order_sql(sort, descending, backwards, column_sql)
         # Column names and placeholders only: every value is a parameter.
         statement = (
             f"SELECT {selected}, ({changes}){selected_extra} FROM {table} "  # noqa: S608
@@ -546,222 +546,10 @@ def table_page(
     def cursor_of(row: tuple[Any, ...]) -> str:
         return encode_cursor([row[index] for index in positions], row[0], sort)
 
-    page = _page(rows, cursor, limit, cursor_of)
+    page = page_from_rows(rows, cursor, limit, cursor_of)
     if extra:
         page.rows = [row[:TABLE_ROW_WIDTH] for row in page.rows]
     return page
-
-
-def ranked_page(
-    filters: LeaseFilters,
-    now: datetime,
-    cluster_ids: Mapping[str, int],
-    policy: FlapPolicy,
-    cursor: Cursor | None,
-    limit: int,
-    fields: Sequence[str],
-) -> KeysetPage:
-    """One page of leases in an order computed from the clock (problems first), as dicts of
-    `fields`: the page's ids and sort values by the table's statement (`_ranked_statement`,
-    whose cost does not grow with the leases), then their rows by id.
-
-    For readers that want other columns than the table's (the API); `keyset_page` would rank
-    every matching lease.
-    """
-    where = filter_sql(filters, now, cluster_ids, policy)
-    if where is None:
-        return KeysetPage([], None, None)
-    conditions, params = where
-    sort, descending = filters.sort_key, filters.descending
-    backwards = cursor is not None and cursor.direction == "before"
-    statement, statement_params = _ranked_statement(
-        sort, descending, backwards, cursor, filters, conditions, params, now, policy, limit
-    )
-    columns = [column.field for column in sort.all_columns]
-    selected = ", ".join(_page_column(name) for name in ["id", *columns])
-    with connection.cursor() as db:
-        db.execute(f"SELECT {selected} {statement}", statement_params)
-        keys = db.fetchall()
-    found = {
-        row["id"]: row
-        for row in Lease.objects.filter(pk__in=[key[0] for key in keys]).values(
-            *dict.fromkeys(["id", *fields])
-        )
-    }
-    # A lease removed between the two reads is left out; its place still moves the cursor.
-    page = _page(keys, cursor, limit, lambda key: encode_cursor(key[1:], key[0], sort))
-    return KeysetPage(
-        [found[key[0]] for key in page.rows if key[0] in found],
-        page.next_cursor,
-        page.previous_cursor,
-    )
-
-
-# The Leases table's page of ids in a ranked order, joined back to the lease table.
-_PAGE = "page"
-
-
-@cache
-def _page_column(field: str) -> str:
-    return f"{connection.ops.quote_name(_PAGE)}.{connection.ops.quote_name(field)}"
-
-
-def problem_candidates_sql(now: datetime, policy: FlapPolicy) -> tuple[str, list[Any]]:
-    """The ids of every lease that may have a problem at `now` (a superset of those whose
-    `problem_rank_sql` is not NONE), read from indexes alone, and its parameters: those
-    expiring soon or expired by their schedule (LeaseDeadline.soon_at <= now), a fencing
-    token reused within the window, flapping. How many they are grows with the problems,
-    not with the leases."""
-    quote, adapt = connection.ops.quote_name, connection.ops.adapt_datetimefield_value
-    deadline = quote(LeaseDeadline._meta.db_table)
-    table = quote(Lease._meta.db_table)
-    flapping, flapping_params = flapping_ids_sql(now, policy)
-    # Names and placeholders only: every value is a parameter.
-    sql = (
-        f"SELECT {deadline}.lease_id FROM {deadline} "  # noqa: S608
-        f"WHERE {deadline}.soon_at <= %s "
-        f"UNION SELECT {table}.id FROM {table} WHERE {lease_column('fencing_reused_at')} > %s "
-        f"UNION {flapping}"
-    )
-    return sql, [adapt(now), adapt(now - FENCING_ANOMALY_WINDOW), *flapping_params]
-
-
-def _ranked_statement(
-    sort: SortKey,
-    descending: bool,
-    backwards: bool,
-    cursor: Cursor | None,
-    filters: LeaseFilters,
-    conditions: list[str],
-    params: list[Any],
-    now: datetime,
-    policy: FlapPolicy,
-    limit: int,
-) -> tuple[str, list[Any]]:
-    """FROM ... ORDER BY of a problems-first page, and its parameters, at a cost that grows
-    with the problems and the page, not with the leases.
-
-    The order is the problem rank, then the rest of the sort key: the leases with a problem
-    (a few, found by `problem_candidates_sql` and ranked there) come before the others,
-    which all rank NONE and so are in the order of the rest of the key alone, which an index
-    serves (lease_natural, or lease_cluster_natural under a cluster filter). A page is the
-    first `limit + 1` rows of the two segments in reading order, each read from where the
-    cursor is (only the segment the cursor is in, and those after it, are read), merged,
-    and joined back to the lease table for the rows' columns.
-    """
-    table, quote = connection.ops.quote_name(Lease._meta.db_table), connection.ops.quote_name
-    rank_column, *rest_columns = sort.all_columns
-    assert rank_column.computed and sort.unique
-    rest = SortKey(sort.param, sort.label, tuple(rest_columns), unique=True)
-    keys = [column.field for column in rest_columns]
-    narrow = list(dict.fromkeys(["id", *keys]))
-    adapted = _adapted(cursor) if cursor is not None else None
-    where = " AND ".join(conditions) or "1 = 1"
-    rank, rank_params = problem_rank_sql(now, policy)
-    none = f"{Problem.NONE:d}"
-    derived_columns = ", ".join(_stored_column_sql(name, False) for name in narrow)
-
-    def problems(keyset: bool) -> tuple[str, list[Any]]:
-        candidates, candidates_params = problem_candidates_sql(now, policy)
-        keyset_where, keyset_params = (
-            keyset_sql(sort, descending, adapted, _column_sql)
-            if keyset and adapted is not None
-            else ("1 = 1", [])
-        )
-        order, order_params = order_sql(sort, descending, backwards, _column_sql)
-        # The candidates ranked in a derived table named like the lease table, so that the
-        # keyset condition and the order read the rank as a column, computed once per lease.
-        if connection.vendor == "postgresql":
-            # Each candidate looked up by id: with a thousand candidates PostgreSQL would
-            # rather hash-join them against a scan of every lease (measured: 91 ms of 99
-            # at 100,000 leases), which is the cost this statement exists to avoid.
-            leases_of_candidates = (
-                f"({candidates}) AS {quote('candidate')} CROSS JOIN LATERAL "  # noqa: S608
-                f"(SELECT * FROM {table} WHERE {lease_column('id')} = "
-                f"{quote('candidate')}.{quote('lease_id')}) AS {table} WHERE {where}"
-            )
-        else:
-            # SQLite looks an IN list's rows up by id itself.
-            leases_of_candidates = (
-                f"{table} WHERE {where} AND {lease_column('id')} IN ({candidates})"
-            )
-        ranked = (
-            f"SELECT {', '.join(lease_column(name) for name in narrow)}, "  # noqa: S608
-            f"{rank} AS {quote(RANK_FIELD)} FROM {leases_of_candidates}"
-        )
-        sql = (
-            f"SELECT * FROM (SELECT {derived_columns}, "  # noqa: S608
-            f"{_stored_column_sql(RANK_FIELD, False)} FROM ({ranked}) AS {table} "
-            f"WHERE {_stored_column_sql(RANK_FIELD, False)} < {none} AND {keyset_where} "
-            f"ORDER BY {order} LIMIT %s) AS {quote('problems')}"
-        )
-        # The placeholders' order: the candidates come before the filters on PostgreSQL.
-        lookup_params = (
-            [*candidates_params, *params]
-            if connection.vendor == "postgresql"
-            else [*params, *candidates_params]
-        )
-        return sql, [
-            *rank_params,
-            *lookup_params,
-            *keyset_params,
-            *order_params,
-            limit + 1,
-        ]
-
-    def others(keyset: bool) -> tuple[str, list[Any]]:
-        keyset_where, keyset_params = (
-            keyset_sql(rest, descending, Cursor(adapted.direction, adapted.values[1:]), _column_sql)
-            if keyset and adapted is not None
-            else ("1 = 1", [])
-        )
-        order, order_params = order_sql(rest, descending, backwards, _column_sql)
-        sql = (
-            f"SELECT * FROM (SELECT {', '.join(lease_column(name) for name in narrow)}, "  # noqa: S608
-            f"{none} AS {quote(RANK_FIELD)} FROM {table} "
-            f"WHERE {where} AND ({rank}) = {none} AND {keyset_where} "
-            f"ORDER BY {order} LIMIT %s) AS {quote('others')}"
-        )
-        return sql, [*params, *rank_params, *keyset_params, *order_params, limit + 1]
-
-    # Reading order: problems, then the others; reversed when the order is descending or
-    # the page is read backwards from a cursor (both: forwards again).
-    segments = [problems, others]
-    if descending != backwards:
-        segments.reverse()
-    if cursor is not None:
-        in_problems = cursor.values[0] != Problem.NONE
-        start = segments.index(problems if in_problems else others)
-        segments = segments[start:]
-    if not _others_possible(filters):
-        segments = [segment for segment in segments if segment is not others]
-    if not segments:
-        segments = [problems]  # an empty page still needs a statement
-    parts = [segment(keyset=index == 0) for index, segment in enumerate(segments)]
-    union = " UNION ALL ".join(sql for sql, _ in parts)
-    union_params = [value for _, part_params in parts for value in part_params]
-    page_order, page_order_params = order_sql(
-        sort, descending, backwards, lambda column: (_paged(column), [])
-    )
-    page = f"SELECT * FROM ({union}) AS {quote(_PAGE)} ORDER BY {page_order} LIMIT %s"  # noqa: S608
-    statement = (
-        f"FROM ({page}) AS {quote(_PAGE)} JOIN {table} ON {lease_column('id')} = "
-        f"{_page_column('id')} ORDER BY {page_order}"
-    )
-    return statement, [*union_params, *page_order_params, limit + 1, *page_order_params]
-
-
-def _others_possible(filters: LeaseFilters) -> bool:
-    """Whether a lease without a problem can match: an expired or flapping lease always has
-    one, unless it is deleted (deleted leases rank NONE)."""
-    if filters.include_deleted:
-        return True
-    return not (filters.flapping or filters.state == LeaseState.EXPIRED)
-
-
-def _paged(column: SortColumn) -> str:
-    sql = _page_column(column.field)
-    return bytewise(sql) if column.bytewise else sql
 
 
 def _converted(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

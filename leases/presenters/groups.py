@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlencode
 
 from django.urls import reverse
 from django.utils.translation import gettext, ngettext
@@ -17,7 +18,15 @@ from django.utils.translation import gettext, ngettext
 from dashboard.links import lease_url, path_segment
 from dashboard.timefmt import When, format_duration, iso_js, relative_text, when
 from leases.availability import WINDOWS, Availability, group_availability
-from leases.groups import GroupState, GroupStatus, Slot, SlotState, leader_group, leader_groups
+from leases.cursors import CursorError
+from leases.groups import (
+    GroupState,
+    GroupStatus,
+    Slot,
+    SlotState,
+    leader_group,
+    leader_group_page,
+)
 from leases.models import KubeCluster, LeaseState, LeaseTransition
 from leases.presenters.display import expiry_text, leases_prefix
 from leases.presenters.lease_detail import WINDOW_LABELS
@@ -103,6 +112,12 @@ def group_row(group: GroupState) -> GroupRow:
     )
 
 
+# Groups on one page of the groups page: a fleet has hundreds, and each row costs about a
+# millisecond to judge and render. Problem groups come first, and the page says how many
+# are not shown.
+GROUPS_PAGE_SIZE = 25
+
+
 @dataclass(slots=True)
 class GroupsPage:
     groups: list[GroupRow]
@@ -110,19 +125,47 @@ class GroupsPage:
     server_now: str
     # "0 s ago" in the reader's language, until the browser's clock takes over.
     updated_text: str
+    # Every group, those needing a look (not staffed), and those of each not on this page.
+    total: int = 0
+    needing_a_look: int = 0
+    not_shown: int = 0
+    problems_not_shown: int = 0
+    # This page's first group's position (1-based) in the whole list.
+    first_position: int = 1
+    # The query strings of this page, the next page and the first ("" on the first page).
+    this_query: str = ""
+    next_query: str = ""
+    # The page link was no cursor of this page: the first page is shown instead.
+    cursor_refused: bool = False
 
     @property
-    def needing_a_look(self) -> int:
-        return sum(1 for group in self.groups if group.status != GroupStatus.STAFFED)
+    def last_position(self) -> int:
+        return self.first_position + len(self.groups) - 1
 
 
-def groups_page(now: datetime) -> GroupsPage:
+def groups_page(
+    now: datetime, cursor: str | None = None, limit: int = GROUPS_PAGE_SIZE
+) -> GroupsPage:
+    """One page of the groups, problem groups first (`leader_group_page`)."""
+    refused = False
+    try:
+        found = leader_group_page(now, cursor, limit)
+    except CursorError:
+        found, refused = leader_group_page(now, None, limit), True
     statuses = cluster_statuses(now)
     return GroupsPage(
-        groups=[group_row(group) for group in leader_groups(now)],
+        groups=[group_row(group) for group in found.groups],
         problems=[status for status in statuses if status.problem],
         server_now=iso_js(now),
         updated_text=relative_text(0),
+        total=found.total,
+        needing_a_look=found.needing_a_look,
+        not_shown=found.not_shown,
+        problems_not_shown=found.problems_not_shown,
+        first_position=found.before + 1,
+        this_query=urlencode({"after": cursor}) if cursor and not refused else "",
+        next_query=urlencode({"after": found.next_cursor}) if found.next_cursor else "",
+        cursor_refused=refused,
     )
 
 

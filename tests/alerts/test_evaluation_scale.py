@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -16,9 +17,10 @@ from alerts import evaluation
 from alerts.expiry_schedule import next_lease_due
 from alerts.lease_rules import DUE_CHUNK
 from alerts.models import Incident, Rule
-from leases.models import KubeCluster, LeaseHolderSpan
+from leases.models import KubeCluster, LeaderGroup, LeaseHolderSpan
 from tests.alerts.conftest import Clock, evaluate, keep_fresh
 from tests.leases.factories import NOW, make_cluster, make_lease, make_many_leases
+from tests.leases.group_factories import make_slot
 
 pytestmark = pytest.mark.django_db
 
@@ -141,3 +143,55 @@ def test_a_mass_expiry_is_judged_whole(clock: Clock) -> None:
     incident = Incident.objects.get(rule=Rule.NODE_HEARTBEATS_EXPIRED)
     assert incident.details["items_total"] == DUE_CHUNK + 5
     assert incident.title == f"{DUE_CHUNK + 5} nodes stopped heart-beating"
+
+
+def add_healthy_groups(cluster: KubeCluster, first: int, count: int) -> None:
+    """leader-k8s groups of three slots, every slot renewing on time."""
+    for number in range(first, first + count):
+        for slot in range(3):
+            make_slot(
+                cluster, f"workers-{number:03d}", slot, namespace="jobs", renewed_ago=1, duration=60
+            )
+
+
+def test_group_rules_read_only_the_groups_that_can_matter(clock: Clock) -> None:
+    cluster = make_cluster("prod")
+    # No slot held: leader_group_unstaffed. Two of three recorded slots held: degraded.
+    make_slot(cluster, "orders", 0, renewed_ago=300, duration=15)
+    make_slot(cluster, "orders", 1, holder="")
+    make_slot(cluster, "billing", 0, renewed_ago=1, duration=60)
+    make_slot(cluster, "billing", 1, renewed_ago=1, duration=60)
+    make_slot(cluster, "billing", 2, renewed_ago=300, duration=15)
+    LeaderGroup.objects.create(cluster=cluster, namespace="apps", name="billing", expected_size=3)
+    add_healthy_groups(cluster, 0, 2)
+    one_evaluation(cluster)  # opens the incidents: the steady state is measured
+    small = one_evaluation(cluster)
+
+    add_healthy_groups(cluster, 2, 40)
+    large = one_evaluation(cluster)
+
+    assert large.queries == small.queries
+    assert large.lease_rows == small.lease_rows
+    groups = dict(
+        Incident.objects.filter(
+            rule__in=[Rule.LEADER_GROUP_UNSTAFFED, Rule.LEADER_GROUP_DEGRADED]
+        ).values_list("rule", "key")
+    )
+    assert groups == {
+        Rule.LEADER_GROUP_UNSTAFFED: f"{Rule.LEADER_GROUP_UNSTAFFED}:prod/apps/orders",
+        Rule.LEADER_GROUP_DEGRADED: f"{Rule.LEADER_GROUP_DEGRADED}:prod/apps/billing",
+    }
+
+
+def test_a_group_incident_resolves_though_its_group_is_healthy_again(clock: Clock) -> None:
+    cluster = make_cluster("prod")
+    slot = make_slot(cluster, "orders", 0, renewed_ago=300, duration=15)
+    one_evaluation(cluster)
+    assert Incident.objects.filter(rule=Rule.LEADER_GROUP_UNSTAFFED, resolved_at=None).exists()
+    # Renewed: no longer due by its schedule, so read only as an open incident's group.
+    slot.renew_time, slot.expires_at = NOW, NOW + timedelta(seconds=60)
+    slot.save()
+    one_evaluation(cluster)
+    incident = Incident.objects.get(rule=Rule.LEADER_GROUP_UNSTAFFED)
+    assert incident.resolved_at is not None
+    assert incident.resolution == "1 of ≥ 1 slot (highest slot seen) held again"

@@ -299,3 +299,57 @@ def test_on_the_group_pages_groups_is_the_current_navigation_item(
     text = page(engineer_client, "/leases/")
     assert '<a href="/leases/" aria-current="page">Leases</a>' in text
     assert '<a href="/leases/groups/">Groups</a>' in text
+
+
+def test_groups_page_shows_a_page_and_says_what_is_not_shown(engineer_client: Client) -> None:
+    from leases.presenters.groups import GROUPS_PAGE_SIZE
+
+    cluster = make_cluster()
+    for number in range(GROUPS_PAGE_SIZE + 4):
+        make_slot(cluster, f"g{number}", 0)
+    # More problem groups than a page holds: the first page is all problem groups, and it
+    # says how many more there are.
+    for number in range(GROUPS_PAGE_SIZE + 2):
+        make_slot(cluster, f"down{number}", 0, holder="")
+    total = 2 * GROUPS_PAGE_SIZE + 6
+    text = page(engineer_client, reverse("leases:groups"))
+    assert f"{total} groups, {GROUPS_PAGE_SIZE + 2} under-staffed." in text
+    shown = f"Showing 1\u2013{GROUPS_PAGE_SIZE}, under-staffed first"
+    assert f"{shown}; {total - GROUPS_PAGE_SIZE} not shown." in text
+    assert "2 under-staffed groups are not on this page." in text
+    assert 'data-group="prod/apps/down0"' in text
+    assert 'data-group="prod/apps/g0"' not in text
+    following = groups_page(NOW)
+    assert following.next_query
+    second = page(engineer_client, f"{reverse('leases:groups')}?{following.next_query}")
+    assert 'data-group="prod/apps/down0"' not in second
+    assert 'data-group="prod/apps/g0"' in second
+    # The problem groups on the first page are not on this one: it links back to them.
+    assert f"{GROUPS_PAGE_SIZE} under-staffed groups are not on this page." in second
+    assert f'hx-get="/leases/groups/?{following.next_query}"' in second  # refreshes this page
+    refused = page(engineer_client, f"{reverse('leases:groups')}?after=garbage")
+    assert "That page link is no longer valid" in refused
+    assert 'data-group="prod/apps/down0"' in refused
+
+
+def test_groups_page_reads_only_the_slot_leases_of_its_groups() -> None:
+    cluster = make_cluster()
+    for number in range(3):
+        make_slot(cluster, f"g{number}", 0)
+    small = groups_page(NOW, limit=2)
+    for number in range(3, 40):
+        make_slot(cluster, f"g{number}", 0)
+        make_slot(cluster, f"g{number}", 1)
+    with CaptureQueriesContext(connection) as captured:
+        large = groups_page(NOW, limit=2)
+    assert [row.name for row in small.groups] == [row.name for row in large.groups] == ["g0", "g1"]
+    assert large.total == 40
+    # The slot leases read as rows (not the aggregate): only those of the two groups shown,
+    # looked up by their names.
+    [slots] = [
+        query["sql"]
+        for query in captured.captured_queries
+        if '"group_slot"' in query["sql"] and "SUM(" not in query["sql"]
+    ]
+    assert "'g0'" in slots and "'g1'" in slots
+    assert not any(f"'g{number}'" in slots for number in range(2, 40))

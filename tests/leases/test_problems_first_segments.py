@@ -20,12 +20,12 @@ from dashboard.flapping import flap_policy
 from dashboard.natural import natural_key
 from leases.cursors import RANK_FIELD, Cursor, decode_cursor
 from leases.models import KubeCluster, Lease, LeaseClass, LeaseDeadline
+from leases.problems_first import ranked_page
 from leases.queries import (
     LeaseFilters,
     Problem,
     filter_leases,
     keyset_page,
-    ranked_page,
     table_page,
     with_problem_rank,
 )
