@@ -32,7 +32,7 @@ from nks.presenters.nodegroup_detail import (
 )
 from nks.presenters.resize_audit import resize_audit
 from nks.presenters.resize_detail import resize_detail
-from nks.presenters.resize_form import error_summary
+from nks.presenters.resize_form import error_summary, nodes_described_by
 from nks.presenters.resizes import ResizeRow
 from nks.queries import get_cluster, get_nodegroup
 from nks.refused_resizes import QUERY_PARAMETER as REFUSED_QUERY_PARAMETER
@@ -148,6 +148,7 @@ def _render_nodegroup(
         "form": form,
         "conflict": conflict,
         "error_summary": error_summary(form, conflict=conflict is not None),
+        "nodes_described_by": nodes_described_by(form) if form is not None else "",
         # The refreshing regions and the watch button's way back use the page's URL without
         # its query: after a refused resize the page is shown at ?refused=<token>, and the
         # refreshes have no use for it.
