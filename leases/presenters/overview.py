@@ -334,10 +334,11 @@ def _overview_links(prefix: str, cluster: str) -> dict[str, str]:
     }
 
 
-def leases_overview(now: datetime) -> LeasesOverview:
+def leases_overview(now: datetime, statuses: list[ClusterStatus] | None = None) -> LeasesOverview:
     """Per cluster: counts by state and what needs a look now. One grouped count, a page of
-    each list for every cluster at once, and the last holder changes per cluster."""
-    statuses = cluster_statuses(now)
+    each list for every cluster at once, and the last holder changes of every cluster.
+    `statuses`: `cluster_statuses(now)`, when the page has read them already."""
+    statuses = cluster_statuses(now) if statuses is None else statuses
     counts = state_counts_by_cluster(now)
     prefix = leases_prefix()
     link_fields = ("id", "cluster_id", "namespace", "name", "holder", "expires_at")
@@ -449,10 +450,11 @@ class LeaseProblems:
         return bool(self.expired_total or self.flapping_total)
 
 
-def lease_problems(now: datetime) -> LeaseProblems:
-    """A fixed number of queries: the watchers, one count, one list each, whatever the size."""
+def lease_problems(now: datetime, statuses: list[ClusterStatus] | None = None) -> LeaseProblems:
+    """A fixed number of queries: the watchers, one count, one list each, whatever the size.
+    `statuses`: `cluster_statuses(now)`, when the page has read them already."""
     prefix = leases_prefix()
-    statuses = cluster_statuses(now)
+    statuses = cluster_statuses(now) if statuses is None else statuses
     # The total rides along with the page (a window count): one read of the leases, not two.
     expired_rows = list(
         Lease.objects.live()
