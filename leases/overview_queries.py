@@ -108,8 +108,9 @@ def lease_state_counts(
     Each lease is judged by its own cluster's as-of moment, joined (`cluster__leases_as_of`);
     whether the cluster's data is current at all (enabled, as-of within WATCH_STALE_SECONDS)
     is decided here from the same row: when it is not, every lease is unknown and the
-    alarming subsets are 0. This is the one place this count is written (the overview, the
-    Leases page's summary and /metrics read it).
+    alarming subsets are 0. This is the one place the rule is written as a grouped count:
+    the overview and the Leases page read it per cluster, /metrics can read it per class
+    with its renewal-age aggregates as `extra`.
     """
     held = ~Q(holder="")
     judged = _judged_until(now)

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.db import connection
+from django.db.models import Max
 from django.test import Client
 
 from leases.models import (
@@ -20,7 +21,12 @@ from leases.models import (
     LeaseTransition,
     WatchCoverage,
 )
-from leases.overview_queries import ELECTION_CANDIDATES, soon_and_expired_nodes
+from leases.overview_queries import (
+    ELECTION_CANDIDATES,
+    counts_by_cluster,
+    lease_state_counts,
+    soon_and_expired_nodes,
+)
 from leases.presenters.overview import lease_problems, leases_overview, overview_list_limit
 from tests.dashboard.fleet import counts_at_two_sizes, make_fleet, queries_of
 from tests.leases.factories import NOW, known_until, make_cluster, make_lease, make_many_leases
@@ -270,3 +276,35 @@ def test_the_expired_lists_hold_the_expired_leases_and_not_the_renewed_ones() ->
     assert [link.name for link in overview.clusters[0].expired_nodes] == ["node-1"]
     problems = lease_problems(NOW)
     assert [row.name for row in problems.expired] == ["node-1"] and problems.expired_total == 1
+
+
+def test_state_counts_per_class_carry_extra_aggregates_and_say_unknown_when_stale() -> None:
+    live = make_cluster("live")
+    stale = make_cluster("stale", fresh=False)
+    for cluster in (live, stale):
+        make_lease(cluster, "leader")
+        make_lease(cluster, "gone", renewed_ago=100)
+        make_lease(cluster, "node-1", namespace="kube-node-lease", renewed_ago=100, duration=40)
+        make_lease(cluster, "node-2", namespace="kube-node-lease", holder="")
+    counts = lease_state_counts(
+        NOW, EXPIRING_SOON, by_class=True, extra={"newest": Max("renew_time")}
+    )
+    nodes = counts[(live.pk, LeaseClass.NODE_HEARTBEAT)]
+    assert (nodes.total, nodes.held, nodes.expired, nodes.released, nodes.unknown) == (
+        2,
+        0,
+        1,
+        1,
+        0,
+    )
+    assert nodes.nodes_expired == 1 and nodes.current
+    assert nodes.extra == {"newest": NOW - timedelta(seconds=2)}  # node-2, renewed 2 s ago
+    others = [found for (cluster, _), found in counts.items() if cluster == live.pk]
+    assert sum(found.total for found in others) == 4
+    assert sum(found.expired for found in others) == 2
+    for (cluster, _), found in counts.items():
+        if cluster == stale.pk:
+            assert not found.current and found.unknown == found.total
+            assert found.held == found.expired == found.released == found.nodes_expired == 0
+    per_cluster = counts_by_cluster(NOW, EXPIRING_SOON)
+    assert per_cluster[live.pk]["expired"] == 2 and per_cluster[stale.pk]["unknown"] == 4
