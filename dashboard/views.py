@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from django.conf import settings
@@ -34,7 +35,7 @@ from dashboard.preferences import (
 from dashboard.presenters import firing_incidents, unhealthy_nodegroups
 from dashboard.services import can_change_clusters, worker_status
 from leases.presenters.overview import lease_problems, leases_overview
-from leases.presenters.watchers import stale_sources
+from leases.presenters.watchers import ClusterStatus, cluster_statuses
 from nks.presenters.overview import nks_overview
 
 
@@ -42,6 +43,12 @@ def overview(request: HttpRequest) -> HttpResponse:
     """Top-first: what is firing, leases in trouble, unhealthy NKS, then the summaries."""
     workers = worker_status()
     now = timezone.now()
+
+    # Three regions judge the same watchers: read once per render, and only if one is shown.
+    @functools.cache
+    def statuses() -> list[ClusterStatus]:
+        return cluster_statuses(now)
+
     return render_page(
         request,
         "dashboard/overview.html",
@@ -49,10 +56,12 @@ def overview(request: HttpRequest) -> HttpResponse:
             "workers": workers,
             "any_worker_silent": any(queue["silent"] for queue in workers),
             # Lazy: a refresh of one region must not run the queries of the others.
-            "stale_sources": SimpleLazyObject(lambda: stale_sources(now)),
+            "stale_sources": SimpleLazyObject(
+                lambda: [status for status in statuses() if status.problem]
+            ),
             "firing": SimpleLazyObject(lambda: firing_incidents(now)),
-            "problems": SimpleLazyObject(lambda: lease_problems(now)),
-            "leases": SimpleLazyObject(lambda: leases_overview(now)),
+            "problems": SimpleLazyObject(lambda: lease_problems(now, statuses())),
+            "leases": SimpleLazyObject(lambda: leases_overview(now, statuses())),
             "nks": SimpleLazyObject(lambda: nks_overview(now)),
             "nodegroups": SimpleLazyObject(lambda: unhealthy_nodegroups(now)),
             # An acknowledge or silence taken here comes back focused on its incident

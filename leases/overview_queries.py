@@ -9,11 +9,15 @@ costs what one does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import (
+    Aggregate,
+    BooleanField,
     Case,
     Count,
     DateTimeField,
@@ -26,11 +30,12 @@ from django.db.models import (
     When,
     Window,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Least, RowNumber
 
 from leases.availability import ELECTION_CLASSES
 from leases.freshness import stale_after
-from leases.models import Lease, LeaseClass, LeaseHolderSpan
+from leases.models import Lease, LeaseClass, LeaseDeadline, LeaseHolderSpan, LeaseTransition
 
 
 def current_cluster(now: datetime) -> Q:
@@ -57,62 +62,143 @@ def expiring_soon(now: datetime, within: timedelta) -> Q:
     )
 
 
-def counts_by_cluster(now: datetime, within: timedelta) -> dict[int, dict[str, int]]:
-    """Live leases per cluster by state at `now`, and the two alarming subsets, in one
-    GROUP BY: `total`, `held`, `released`, `expired`, `unknown`, `expiring_soon`,
-    `nodes_expired`. A cluster whose data is not current has every lease unknown."""
+@dataclass(slots=True)
+class StateCounts:
+    """Live leases of one (cluster, class) group by state at a moment (the rule of
+    `leases.models.lease_state`), the two alarming subsets, and any extra aggregates."""
+
+    total: int
+    held: int
+    released: int
+    expired: int
+    # Expired by the clock but after the cluster's as-of moment, or in a cluster whose data
+    # is not current: nothing known says what they are now.
+    unknown: int
+    expiring_soon: int
+    nodes_expired: int
+    current: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "total": self.total,
+            "held": self.held,
+            "released": self.released,
+            "expired": self.expired,
+            "unknown": self.unknown,
+            "expiring_soon": self.expiring_soon,
+            "nodes_expired": self.nodes_expired,
+        }
+
+
+def lease_state_counts(
+    now: datetime,
+    within: timedelta,
+    *,
+    by_class: bool = False,
+    extra: Mapping[str, Aggregate] | None = None,
+) -> dict[tuple[int, str], StateCounts]:
+    """Every live lease counted by state at `now`, per cluster (and per lease class with
+    `by_class`; the key's class is "" without it), in one GROUP BY: one read of the leases,
+    however many clusters. `expiring_soon`: held, expiring in (now, now + within];
+    `nodes_expired`: expired node heartbeats. `extra`: more aggregates over the same rows
+    (e.g. renewal ages), returned as they are in `StateCounts.extra`; they may read the
+    cluster's as-of moment as `F("cluster__leases_as_of")`.
+
+    Each lease is judged by its own cluster's as-of moment, joined (`cluster__leases_as_of`);
+    whether the cluster's data is current at all (enabled, as-of within WATCH_STALE_SECONDS)
+    is decided here from the same row: when it is not, every lease is unknown and the
+    alarming subsets are 0. This is the one place the rule is written as a grouped count:
+    the overview and the Leases page read it per cluster, /metrics can read it per class
+    with its renewal-age aggregates as `extra`.
+    """
     held = ~Q(holder="")
     judged = _judged_until(now)
-    rows = (
-        Lease.objects.live()
-        .values("cluster_id", "cluster__enabled", "cluster__leases_as_of")
-        .annotate(
-            total=Count("id"),
-            released=Count("id", filter=Q(holder="")),
-            expired=Count("id", filter=held & Q(expires_at__lte=judged)),
-            # Expired by the clock but after the as-of moment: nothing known says so yet.
-            late=Count(
-                "id",
-                filter=held & Q(expires_at__lte=now) & Q(expires_at__gt=F("cluster__leases_as_of")),
-            ),
-            expiring_soon=Count(
-                "id", filter=held & Q(expires_at__gt=now, expires_at__lte=now + within)
-            ),
-            nodes_expired=Count(
-                "id",
-                filter=held & Q(expires_at__lte=judged) & Q(lease_class=LeaseClass.NODE_HEARTBEAT),
-            ),
-        )
-        .order_by()
-    )
+    aggregates: dict[str, Aggregate] = {
+        "total": Count("id"),
+        "released": Count("id", filter=Q(holder="")),
+        "expired": Count("id", filter=held & Q(expires_at__lte=judged)),
+        # Expired by the clock but after the as-of moment: nothing known says so yet.
+        "late": Count(
+            "id",
+            filter=held & Q(expires_at__lte=now) & Q(expires_at__gt=F("cluster__leases_as_of")),
+        ),
+        "expiring_soon": Count(
+            "id", filter=held & Q(expires_at__gt=now, expires_at__lte=now + within)
+        ),
+        "nodes_expired": Count(
+            "id",
+            filter=held & Q(expires_at__lte=judged) & Q(lease_class=LeaseClass.NODE_HEARTBEAT),
+        ),
+    }
+    extra = dict(extra or {})
+    clash = set(extra) & set(aggregates)
+    if clash:
+        raise ValueError(f"extra aggregates reuse the names {sorted(clash)}")
+    groups = ["cluster_id", "cluster__enabled", "cluster__leases_as_of"]
+    if by_class:
+        groups.append("lease_class")
+    rows = Lease.objects.live().values(*groups).annotate(**aggregates, **extra).order_by()
     oldest_current = now - stale_after()
-    counts: dict[int, dict[str, int]] = {}
+    counts: dict[tuple[int, str], StateCounts] = {}
     for row in rows:
         as_of = row["cluster__leases_as_of"]
-        current = row["cluster__enabled"] and as_of is not None and as_of >= oldest_current
+        current = bool(row["cluster__enabled"]) and as_of is not None and as_of >= oldest_current
         total = row["total"]
+        key = (row["cluster_id"], row["lease_class"] if by_class else "")
+        values = {name: row[name] for name in extra}
         if not current:
-            counts[row["cluster_id"]] = {
-                "total": total,
-                "released": 0,
-                "expired": 0,
-                "unknown": total,
-                "held": 0,
-                "expiring_soon": 0,
-                "nodes_expired": 0,
-            }
+            counts[key] = StateCounts(total, 0, 0, 0, total, 0, 0, False, values)
             continue
         unknown = row["late"]
-        counts[row["cluster_id"]] = {
-            "total": total,
-            "released": row["released"],
-            "expired": row["expired"],
-            "unknown": unknown,
-            "held": total - row["released"] - row["expired"] - unknown,
-            "expiring_soon": row["expiring_soon"],
-            "nodes_expired": row["nodes_expired"],
-        }
+        counts[key] = StateCounts(
+            total=total,
+            held=total - row["released"] - row["expired"] - unknown,
+            released=row["released"],
+            expired=row["expired"],
+            unknown=unknown,
+            expiring_soon=row["expiring_soon"],
+            nodes_expired=row["nodes_expired"],
+            current=True,
+            extra=values,
+        )
     return counts
+
+
+def counts_by_cluster(now: datetime, within: timedelta) -> dict[int, dict[str, int]]:
+    """`lease_state_counts` per cluster, as plain dicts: `total`, `held`, `released`,
+    `expired`, `unknown`, `expiring_soon`, `nodes_expired`."""
+    return {
+        cluster_id: found.as_dict()
+        for (cluster_id, _), found in lease_state_counts(now, within).items()
+    }
+
+
+def due_by_schedule(now: datetime) -> RawSQL:
+    """The lease's expiry schedule has come by `now` (LeaseDeadline.soon_at <= now): every
+    held lease that is expiring soon or expired is one of them, a renewing one is not. A
+    condition for a query of the lease table; what it reads grows with the problems, not
+    with the leases.
+
+    On PostgreSQL the ids are an array read first, in index order: every renewal moves
+    `soon_at` forward, so between two ANALYZEs its statistics say every row is due, and a
+    join (or `IN`) would be planned as a hash join against a scan of every lease. An
+    array of unknown length is planned as a few lookups by primary key, which it is.
+    """
+    quote = connection.ops.quote_name
+    lease_id = f"{quote(Lease._meta.db_table)}.{quote('id')}"
+    deadline = quote(LeaseDeadline._meta.db_table)
+    due = (
+        f"SELECT {quote('lease_id')} FROM {deadline} "  # noqa: S608 (names only)
+        f"WHERE {quote('soon_at')} <= %s ORDER BY {quote('soon_at')}"
+    )
+    if connection.vendor == "postgresql":
+        sql = f"{lease_id} = ANY(ARRAY({due}))"
+    else:
+        sql = f"{lease_id} IN ({due})"
+    # Names and placeholders only: the moment is a parameter.
+    moment = connection.ops.adapt_datetimefield_value(now)
+    return RawSQL(sql, [moment], output_field=BooleanField())  # noqa: S611
 
 
 def soon_and_expired_nodes(
@@ -135,6 +221,7 @@ def soon_and_expired_nodes(
     fields = [field for field in fields if field != "cluster_id"]
     rows = (
         Lease.objects.live()
+        .filter(due_by_schedule(now))
         .filter(soon | nodes)
         .annotate(
             soon=is_soon,
@@ -161,6 +248,44 @@ def soon_and_expired_nodes(
             row
         )
     return found_soon, found_nodes
+
+
+def recent_transitions(cluster_ids: Iterable[int], limit: int) -> dict[int, list[LeaseTransition]]:
+    """Per cluster, its last `limit` holder changes (newest first), with their leases'
+    namespace and name, in one query however many clusters: a window function numbers each
+    cluster's changes and only the pages come back."""
+    ids = list(cluster_ids)
+    if not ids or limit <= 0:
+        return {}
+    rows = (
+        LeaseTransition.objects.filter(lease__cluster_id__in=ids)
+        .select_related("lease")
+        .only(
+            "from_holder",
+            "to_holder",
+            "from_identity",
+            "to_identity",
+            "fencing_reused",
+            "observed_at",
+            "missed",
+            "lease__cluster_id",
+            "lease__namespace",
+            "lease__name",
+        )
+        .annotate(
+            place=Window(
+                RowNumber(),
+                partition_by=[F("lease__cluster_id")],
+                order_by=[F("observed_at").desc(), F("id").desc()],
+            )
+        )
+        .filter(place__lte=limit)
+        .order_by("lease__cluster_id", "place")
+    )
+    found: dict[int, list[LeaseTransition]] = {}
+    for transition in rows:
+        found.setdefault(transition.lease.cluster_id, []).append(transition)
+    return found
 
 
 # The Elections card computes availability for at most this many election leases: the ones

@@ -23,10 +23,16 @@ from nks.models import NksNodegroup, ResizeRequest
 from nks.node_picture import NodegroupNodes, nodegroup_nodes
 from nks.presenters.cluster_detail import cluster_detail
 from nks.presenters.clusters import clusters_page, poll_interval_text
-from nks.presenters.nodegroup_detail import latest_resize_row, nodegroup_detail, progress_version
+from nks.presenters.nodegroup_detail import (
+    ALL_NODES,
+    ALL_NODES_PARAMETER,
+    latest_resize_row,
+    nodegroup_detail,
+    progress_version,
+)
 from nks.presenters.resize_audit import resize_audit
 from nks.presenters.resize_detail import resize_detail
-from nks.presenters.resize_form import error_summary
+from nks.presenters.resize_form import error_summary, nodes_described_by
 from nks.presenters.resizes import ResizeRow
 from nks.queries import get_cluster, get_nodegroup
 from nks.refused_resizes import QUERY_PARAMETER as REFUSED_QUERY_PARAMETER
@@ -125,9 +131,16 @@ def _render_nodegroup(
     def progress() -> ResizeRow | None:
         return latest_resize_row(nodegroup, now)
 
+    page_url = reverse("nks:nodegroup", args=[nodegroup.cluster.uuid, nodegroup.name])
+    # ?nodes=all: the Nodes table lists every member, and its refresh keeps doing so.
+    every_node = request.GET.get(ALL_NODES_PARAMETER) == ALL_NODES
     context: dict[str, Any] = {
         # Lazy: the 2-second progress refresh renders only its region.
-        "detail": SimpleLazyObject(lambda: nodegroup_detail(nodegroup, now, nodes)),
+        "detail": SimpleLazyObject(
+            lambda: nodegroup_detail(
+                nodegroup, now, nodes, every_node=every_node, page_url=page_url
+            )
+        ),
         "progress": SimpleLazyObject(progress),
         "progress_version": SimpleLazyObject(lambda: progress_version(progress())),
         "nodegroup": nodegroup,
@@ -135,10 +148,14 @@ def _render_nodegroup(
         "form": form,
         "conflict": conflict,
         "error_summary": error_summary(form, conflict=conflict is not None),
+        "nodes_described_by": nodes_described_by(form) if form is not None else "",
         # The refreshing regions and the watch button's way back use the page's URL without
         # its query: after a refused resize the page is shown at ?refused=<token>, and the
         # refreshes have no use for it.
-        "page_url": reverse("nks:nodegroup", args=[nodegroup.cluster.uuid, nodegroup.name]),
+        "page_url": page_url,
+        "nodes_refresh_url": f"{page_url}?{urlencode({ALL_NODES_PARAMETER: ALL_NODES})}"
+        if every_node
+        else page_url,
         "can_change": can_change_clusters(request.user),
         "progress_seconds": PROGRESS_REFRESH_SECONDS,
     }

@@ -32,8 +32,10 @@ from leases.models import (
     lease_state,
 )
 from leases.overview_queries import (
+    due_by_schedule,
     election_candidates,
     expired_now,
+    recent_transitions,
     soon_and_expired_nodes,
 )
 from leases.presenters.display import (
@@ -47,6 +49,12 @@ from leases.presenters.watchers import ClusterStatus, cluster_statuses
 from leases.queries import EXPIRING_SOON, state_counts_by_cluster
 
 OVERVIEW_LIST_LIMIT = 10
+# Each cluster card's lists (expired node heartbeats, expiring soon, last holder changes)
+# share this many rows across the fleet, but never fewer than OVERVIEW_LIST_MIN each: a
+# fleet of 50 clusters shows 3 of each per cluster, not 10, and the page stays the size
+# one screen of cards needs, whatever the fleet. Every count links to all the rows.
+OVERVIEW_ROW_BUDGET = 100
+OVERVIEW_LIST_MIN = 3
 OVERVIEW_FLAPPING_LIMIT = 50
 # The Elections card lists this many of each: what needs a look first, not a report.
 ELECTIONS_LIMIT = 5
@@ -269,24 +277,15 @@ def _lease_links(
     return links
 
 
-def recent_transitions(cluster_id: int, cluster: str, now: datetime) -> list[TransitionRow]:
+def overview_list_limit(clusters: int) -> int:
+    """How many rows each of a cluster card's lists shows, with `clusters` cards."""
+    return max(OVERVIEW_LIST_MIN, min(OVERVIEW_LIST_LIMIT, OVERVIEW_ROW_BUDGET // max(clusters, 1)))
+
+
+def transition_rows(
+    transitions: Iterable[LeaseTransition], cluster: str, now: datetime
+) -> list[TransitionRow]:
     prefix = leases_prefix()
-    transitions = (
-        LeaseTransition.objects.filter(lease__cluster_id=cluster_id)
-        .select_related("lease")
-        .only(
-            "from_holder",
-            "to_holder",
-            "from_identity",
-            "to_identity",
-            "fencing_reused",
-            "observed_at",
-            "missed",
-            "lease__namespace",
-            "lease__name",
-        )
-        .order_by("-observed_at", "-id")[:OVERVIEW_LIST_LIMIT]
-    )
     rows = []
     for transition in transitions:
         seen = when(transition.observed_at, now)
@@ -335,13 +334,15 @@ def _overview_links(prefix: str, cluster: str) -> dict[str, str]:
     }
 
 
-def leases_overview(now: datetime) -> LeasesOverview:
+def leases_overview(now: datetime, statuses: list[ClusterStatus] | None = None) -> LeasesOverview:
     """Per cluster: counts by state and what needs a look now. One grouped count, a page of
-    each list for every cluster at once, and the last holder changes per cluster."""
-    statuses = cluster_statuses(now)
+    each list for every cluster at once, and the last holder changes of every cluster.
+    `statuses`: `cluster_statuses(now)`, when the page has read them already."""
+    statuses = cluster_statuses(now) if statuses is None else statuses
     counts = state_counts_by_cluster(now)
     prefix = leases_prefix()
     link_fields = ("id", "cluster_id", "namespace", "name", "holder", "expires_at")
+    limit = overview_list_limit(len(statuses))
 
     policy = flap_policy()
     flap_rows = most_flapping(now, OVERVIEW_FLAPPING_LIMIT, policy)
@@ -357,9 +358,10 @@ def leases_overview(now: datetime) -> LeasesOverview:
         EXPIRING_SOON,
         [cluster_id for cluster_id, count in counts.items() if count.get("expiring_soon")],
         [cluster_id for cluster_id, count in counts.items() if count.get("nodes_expired")],
-        OVERVIEW_LIST_LIMIT,
+        limit,
         link_fields,
     )
+    transitions = recent_transitions([status.id for status in statuses], limit)
     overviews = []
     for status in statuses:
         count = counts.get(status.id, {})
@@ -396,7 +398,7 @@ def leases_overview(now: datetime) -> LeasesOverview:
                 expiring_soon_leases=expiring,
                 expired_nodes=nodes,
                 flapping=flapping,
-                transitions=recent_transitions(status.id, status.name, now),
+                transitions=transition_rows(transitions.get(status.id, []), status.name, now),
                 links=_overview_links(prefix, status.name),
             )
         )
@@ -448,13 +450,15 @@ class LeaseProblems:
         return bool(self.expired_total or self.flapping_total)
 
 
-def lease_problems(now: datetime) -> LeaseProblems:
-    """A fixed number of queries: the watchers, one count, one list each, whatever the size."""
+def lease_problems(now: datetime, statuses: list[ClusterStatus] | None = None) -> LeaseProblems:
+    """A fixed number of queries: the watchers, one count, one list each, whatever the size.
+    `statuses`: `cluster_statuses(now)`, when the page has read them already."""
     prefix = leases_prefix()
-    statuses = cluster_statuses(now)
+    statuses = cluster_statuses(now) if statuses is None else statuses
     # The total rides along with the page (a window count): one read of the leases, not two.
     expired_rows = list(
         Lease.objects.live()
+        .filter(due_by_schedule(now))
         .filter(expired_now(now))
         .annotate(total=Window(Count("id")))
         # Newest expiry first: what just broke is what someone is being paged about.

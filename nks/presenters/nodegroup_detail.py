@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django.utils.translation import gettext
 
@@ -22,6 +23,13 @@ from nks.presenters.rows import NodegroupRow, nodegroup_health, nodegroup_row
 from nks.presenters.timeline import PERIODS_SHOWN, TIMELINE_HOURS, Timeline, build_timeline
 
 RESIZES_SHOWN = 20
+# The nodegroup page's table shows this many of its member Nodes (those needing a look first
+# when there are more); the rest are one link away (`?nodes=all`). The resize form still
+# offers every node it can remove: its choices are the nodegroup's, not the table's.
+NODES_SHOWN = 25
+# The query parameter (and its one value) that shows every member Node.
+ALL_NODES_PARAMETER = "nodes"
+ALL_NODES = "all"
 # A finished request stays in the nodegroup page's progress box this long.
 RECENT_OUTCOME = timedelta(hours=1)
 
@@ -45,8 +53,13 @@ class NodeRow:
     cordoned: bool
 
 
-def node_rows(lines: list[NodeLine], now: datetime) -> list[NodeRow]:
-    """The nodes in natural name order (worker-2 before worker-10)."""
+def node_rows(lines: list[NodeLine], now: datetime, limit: int | None = None) -> list[NodeRow]:
+    """The nodes in natural name order (worker-2 before worker-10). With `limit` and more
+    nodes than that: the first `limit` of those needing a look first (NotReady, heartbeat
+    expired, cordoned), each part in natural name order."""
+    ordered = sorted(lines, key=lambda line: natural_key(line.name))
+    if limit is not None and len(ordered) > limit:
+        ordered = sorted(ordered, key=lambda line: line.removal_rank == 3)[:limit]
     return [
         NodeRow(
             name=line.name,
@@ -63,7 +76,7 @@ def node_rows(lines: list[NodeLine], now: datetime) -> list[NodeRow]:
             instance_problem=line.instance.problem,
             cordoned=line.cordoned,
         )
-        for line in sorted(lines, key=lambda line: natural_key(line.name))
+        for line in ordered
     ]
 
 
@@ -79,21 +92,45 @@ class NodesPanel:
     check: CrossCheck | None
     # Without a watched cluster, NKS's addresses are all there is to tell nodes apart by.
     addresses: list[str]
+    # Member Nodes in all (the table may show fewer), and the page showing every one.
+    members_total: int = 0
+    unlabelled_total: int = 0
+    all_url: str = ""
+
+    @property
+    def more(self) -> int:
+        return self.members_total - len(self.members)
+
+    @property
+    def unlabelled_more(self) -> int:
+        return self.unlabelled_total - len(self.unlabelled)
 
 
-def nodes_panel(nodegroup: NksNodegroup, nodes: NodegroupNodes | None, now: datetime) -> NodesPanel:
+def nodes_panel(
+    nodegroup: NksNodegroup,
+    nodes: NodegroupNodes | None,
+    now: datetime,
+    *,
+    every_node: bool = False,
+    page_url: str = "",
+) -> NodesPanel:
+    """The Nodes card; a bounded table (NODES_SHOWN) unless `every_node` was asked for."""
     if nodes is None:
         return NodesPanel(
             False, "", "", [], [], None, [str(address) for address in nodegroup.node_addresses]
         )
+    limit = None if every_node else NODES_SHOWN
     return NodesPanel(
         watched=True,
         kube_cluster=nodes.kube_cluster.name,
         watch_problem=nodes.watch_problem,
-        members=node_rows(nodes.members, now),
-        unlabelled=node_rows(nodes.unlabelled, now),
+        members=node_rows(nodes.members, now, limit),
+        unlabelled=node_rows(nodes.unlabelled, now, limit),
         check=cross_check(nodegroup, nodes, now),
         addresses=[],
+        members_total=len(nodes.members),
+        unlabelled_total=len(nodes.unlabelled),
+        all_url=f"{page_url}?{urlencode({ALL_NODES_PARAMETER: ALL_NODES})}#nodes",
     )
 
 
@@ -152,10 +189,16 @@ def nodegroup_history(
 
 
 def nodegroup_detail(
-    nodegroup: NksNodegroup, now: datetime, nodes: NodegroupNodes | None
+    nodegroup: NksNodegroup,
+    now: datetime,
+    nodes: NodegroupNodes | None,
+    *,
+    every_node: bool = False,
+    page_url: str = "",
 ) -> NodegroupDetail:
     """``nodes``: the nodegroup's Nodes (``nks.node_picture.nodegroup_nodes``), read once per
-    request for both this and the resize form."""
+    request for both this and the resize form. ``every_node``: the table lists every member
+    Node, not NODES_SHOWN; ``page_url``: the page's own URL, for the link to all of them."""
     cluster = nodegroup.cluster
     timeline, changes = nodegroup_history(cluster.pk, nodegroup.name, now)
     banners = cluster_banners(cluster, now)
@@ -172,7 +215,7 @@ def nodegroup_detail(
         nodegroup=nodegroup,
         row=nodegroup_row(nodegroup, cluster, now),
         banners=banners,
-        nodes=nodes_panel(nodegroup, nodes, now),
+        nodes=nodes_panel(nodegroup, nodes, now, every_node=every_node, page_url=page_url),
         timeline=timeline,
         changes=changes,
         resizes=resize_rows(queries.resizes().filter(nodegroup=nodegroup)[:RESIZES_SHOWN], now),

@@ -30,6 +30,22 @@ def field_anchor(form: ResizeForm, name: str) -> str:
     return f"#{bound.auto_id}"
 
 
+def nodes_described_by(form: ResizeForm) -> str:
+    """The ids that describe the node checkboxes' fieldset (its aria-describedby): why no
+    node can be chosen (not watched, none nameable) or the hint, then the field's errors."""
+    bound = form["nodes_to_remove"]
+    if form.nodes is None:
+        why = "unwatched"
+    elif form.removable:
+        why = "helptext"
+    else:
+        why = "unnamed"
+    ids = [f"{bound.auto_id}_{why}"]
+    if bound.errors:
+        ids.append(f"{bound.auto_id}_error")
+    return " ".join(ids)
+
+
 def error_summary(form: ResizeForm | None, *, conflict: bool = False) -> list[SummaryItem]:
     """The form's problems in page order: whole-form ones first, then field by field.
 

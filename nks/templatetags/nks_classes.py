@@ -11,6 +11,7 @@ filter in the leases app (``lease_state_pill`` of lease_css).
 from __future__ import annotations
 
 from django import template
+from django.utils.translation import gettext
 
 from leases.models import ConditionStatus
 from nks.enums import EventState, Freshness, OperationPhase
@@ -150,6 +151,22 @@ def condition_class(status: ConditionStatus | str | None, kind: str = "Ready") -
     if kind == "Ready":
         return READY_PILLS.get(status, QUIET)  # type: ignore[call-overload]
     return PRESSURE_PILLS.get(status, WARN if status == ConditionStatus.UNKNOWN else QUIET)  # type: ignore[call-overload]
+
+
+@register.filter
+def ready_text(status: ConditionStatus | str | None, place: str = "table") -> str:
+    """A Ready pill's words. Ready and NotReady are the Node condition's own values, kept as
+    Kubernetes writes them; Unknown too in a table, where the column says what it is. On a
+    node's own page (``place`` "page") an unknown or missing condition is said in words."""
+    if status == ConditionStatus.TRUE:
+        return "Ready"
+    if status == ConditionStatus.FALSE:
+        return "NotReady"
+    if place == "page":
+        if status == ConditionStatus.UNKNOWN:
+            return gettext("Ready unknown")
+        return gettext("Ready not reported")
+    return "Unknown" if status == ConditionStatus.UNKNOWN else gettext("not reported")
 
 
 @register.filter

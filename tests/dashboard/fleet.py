@@ -21,6 +21,7 @@ from leases.models import (
     LeaseTransition,
     Node,
     WatchCoverage,
+    schedule_expiry,
 )
 from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeRequest
 from tests.leases.factories import NOW, make_cluster
@@ -86,6 +87,8 @@ class Fleet:
                         )
                     )
             Lease.objects.bulk_create(leases)
+            # As the ingest writes them: each lease with its expiry schedule.
+            schedule_expiry(leases)
             Node.objects.bulk_create(nodes)
             history = []
             spans = []

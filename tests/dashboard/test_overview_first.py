@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from alerts.models import Severity, Silence
+from dashboard.presenters import FIRING_LIMIT
 from tests.alerts.factories import make_account, make_incident, make_nks_cluster, make_nodegroup
 from tests.leases.factories import NOW, make_cluster, make_lease, make_transition
 
@@ -238,6 +239,26 @@ def test_the_firing_region_costs_a_fixed_number_of_queries(engineer_client: Clie
 
     assert len(many) == len(few)
     assert len(few) <= 12
+
+
+def test_a_storm_of_incidents_shows_the_first_ten_in_the_alerts_pages_order_and_links_to_all(
+    engineer_client: Client,
+) -> None:
+    now = timezone.now()
+    for number in range(FIRING_LIMIT + 4):
+        make_incident(
+            f"lease_expired:prod/apps/storm-{number:02d}",
+            title=f"apps/storm-{number:02d} lease expired",
+            severity=Severity.WARNING if number % 2 else Severity.CRITICAL,
+            opened_at=now - timedelta(minutes=number),
+        )
+    firing = region(page(engineer_client, "/", HTTP_HX_TARGET="firing", **HTMX), "firing")
+    shown = re.findall(r"prod: apps/(storm-\d+) lease expired", firing)
+    # Critical ones first, newest first within each severity: what the alerts page shows.
+    critical = [f"storm-{n:02d}" for n in range(0, FIRING_LIMIT + 4, 2)]
+    warning = [f"storm-{n:02d}" for n in range(1, FIRING_LIMIT + 4, 2)]
+    assert shown == (critical + warning)[:FIRING_LIMIT]
+    assert f"All {FIRING_LIMIT + 4} open incidents" in " ".join(firing.split())
 
 
 def test_the_lease_problems_region_costs_a_fixed_number_of_queries(

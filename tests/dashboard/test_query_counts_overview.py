@@ -8,13 +8,28 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.db import connection
+from django.db.models import Max
 from django.test import Client
 
-from leases.models import Lease, LeaseClass, LeaseHolderSpan, WatchCoverage
-from leases.overview_queries import ELECTION_CANDIDATES
-from leases.presenters.overview import leases_overview
-from tests.dashboard.fleet import counts_at_two_sizes, make_fleet
-from tests.leases.factories import NOW, known_until, make_cluster, make_lease
+from leases.models import (
+    EXPIRING_SOON,
+    KubeCluster,
+    Lease,
+    LeaseClass,
+    LeaseHolderSpan,
+    LeaseTransition,
+    WatchCoverage,
+)
+from leases.overview_queries import (
+    ELECTION_CANDIDATES,
+    counts_by_cluster,
+    lease_state_counts,
+    soon_and_expired_nodes,
+)
+from leases.presenters.overview import lease_problems, leases_overview, overview_list_limit
+from tests.dashboard.fleet import counts_at_two_sizes, make_fleet, queries_of
+from tests.leases.factories import NOW, known_until, make_cluster, make_lease, make_many_leases
 
 pytestmark = pytest.mark.django_db
 
@@ -133,3 +148,163 @@ def test_the_elections_card_reads_a_bounded_page_and_links_to_the_rest(
     gaps = card.split("Recent leaderless gaps", 1)[1]
     # The newest gaps are those of the most recently changed leases, which were read.
     assert "apps/controller-0000" in gaps and "apps/steady" not in card
+
+
+def lease_overview_queries(client: Client) -> int:
+    return queries_of(client, "/", "lease-overview")
+
+
+def test_the_lease_overview_reads_the_same_number_of_queries_for_two_clusters_and_six(
+    engineer_client: Client,
+) -> None:
+    fleet = make_fleet()
+    fleet.grow_to(20)
+    two = lease_overview_queries(engineer_client)
+    for name in ("gamma", "delta", "epsilon", "zeta"):
+        cluster = make_cluster(name)
+        for index in range(3):
+            lease = make_lease(cluster, f"leader-{index}", namespace="apps")
+            LeaseTransition.objects.create(
+                lease=lease, from_holder="a", to_holder="b", observed_at=NOW
+            )
+        make_lease(cluster, "node-1", namespace="kube-node-lease", renewed_ago=100, duration=40)
+    assert lease_overview_queries(engineer_client) == two
+
+
+def test_each_cards_lists_share_a_row_budget_over_the_fleet_and_link_to_the_rest(
+    engineer_client: Client,
+) -> None:
+    clusters = 12
+    limit = overview_list_limit(clusters)
+    assert (overview_list_limit(1), overview_list_limit(50), limit) == (10, 3, 8)
+    for number in range(clusters):
+        cluster = make_cluster(f"c{number:02d}")
+        for index in range(limit + 2):
+            make_lease(
+                cluster,
+                f"node-{index:02d}",
+                namespace="kube-node-lease",
+                renewed_ago=100 + index,
+                duration=40,
+            )
+            lease = make_lease(cluster, f"leader-{index:02d}", namespace="apps")
+            LeaseTransition.objects.create(
+                lease=lease,
+                from_holder="a",
+                to_holder="b",
+                observed_at=NOW - timedelta(minutes=index),
+            )
+    overview = leases_overview(NOW)
+    assert len(overview.clusters) == clusters
+    for card in overview.clusters:
+        # The newest expiries and holder changes first, `limit` of each.
+        assert [link.name for link in card.expired_nodes] == [
+            f"node-{index:02d}" for index in range(limit)
+        ]
+        assert [row.name for row in card.transitions] == [
+            f"leader-{index:02d}" for index in range(limit)
+        ]
+        assert card.nodes_expired == limit + 2
+    text = engineer_client.get("/", headers={"HX-Request": "true", "HX-Target": "lease-overview"})
+    page = " ".join(text.content.decode().split())
+    assert page.count(f">all {limit + 2}</a>") == clusters
+    assert (
+        '<a href="/leases/?cluster=c07&amp;state=expired&amp;class=node_heartbeat">all 10</a>'
+        in page
+    )
+
+
+def _lease_rows_read() -> int:
+    """Rows of the lease table PostgreSQL has read in this transaction (scans and fetches)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
+            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_lease'"
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def _problem_lists_rows_read() -> tuple[list[str], int]:
+    """The overview's problem lists (both lists of every card, the top expired list) and
+    the lease rows their queries read, planned as at scale: with statistics, and told to
+    avoid sequential scans, a read that no index serves still scans the table."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE leases_lease, leases_leasedeadline")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    before = _lease_rows_read()
+    soon, nodes = soon_and_expired_nodes(
+        NOW,
+        EXPIRING_SOON,
+        [cluster.pk for cluster in KubeCluster.objects.all()],
+        [cluster.pk for cluster in KubeCluster.objects.all()],
+        10,
+        ("id", "name"),
+    )
+    problems = lease_problems(NOW)
+    read = _lease_rows_read() - before
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = on")
+    names = sorted(row["name"] for rows in (*soon.values(), *nodes.values()) for row in rows)
+    return [*names, *(row.name for row in problems.expired)], read
+
+
+@pytest.mark.postgres
+def test_the_problem_lists_read_the_due_leases_not_the_healthy_ones() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL counts the rows it reads; SQLite does not")
+    cluster = make_cluster()
+    make_lease(cluster, "node-dead", namespace="kube-node-lease", renewed_ago=100, duration=40)
+    make_lease(cluster, "leader-soon", namespace="apps", renewed_ago=10, duration=15)
+    make_many_leases(cluster, 20)
+    small = _problem_lists_rows_read()
+    make_many_leases(cluster, 400, namespace="more-nodes")
+    large = _problem_lists_rows_read()
+    assert small[0] == large[0] == ["leader-soon", "node-dead", "node-dead"]
+    assert small[1] == large[1]
+
+
+def test_the_expired_lists_hold_the_expired_leases_and_not_the_renewed_ones() -> None:
+    cluster = make_cluster()
+    make_lease(cluster, "node-1", namespace="kube-node-lease", renewed_ago=100, duration=40)
+    renewed = make_lease(cluster, "node-2", namespace="kube-node-lease", renewed_ago=100)
+    # Renewed since: its schedule moves on with it (Lease.save writes both).
+    renewed.renew_time = NOW - timedelta(seconds=1)
+    renewed.expires_at = NOW + timedelta(seconds=39)
+    renewed.save()
+    overview = leases_overview(NOW)
+    assert [link.name for link in overview.clusters[0].expired_nodes] == ["node-1"]
+    problems = lease_problems(NOW)
+    assert [row.name for row in problems.expired] == ["node-1"] and problems.expired_total == 1
+
+
+def test_state_counts_per_class_carry_extra_aggregates_and_say_unknown_when_stale() -> None:
+    live = make_cluster("live")
+    stale = make_cluster("stale", fresh=False)
+    for cluster in (live, stale):
+        make_lease(cluster, "leader")
+        make_lease(cluster, "gone", renewed_ago=100)
+        make_lease(cluster, "node-1", namespace="kube-node-lease", renewed_ago=100, duration=40)
+        make_lease(cluster, "node-2", namespace="kube-node-lease", holder="")
+    counts = lease_state_counts(
+        NOW, EXPIRING_SOON, by_class=True, extra={"newest": Max("renew_time")}
+    )
+    nodes = counts[(live.pk, LeaseClass.NODE_HEARTBEAT)]
+    assert (nodes.total, nodes.held, nodes.expired, nodes.released, nodes.unknown) == (
+        2,
+        0,
+        1,
+        1,
+        0,
+    )
+    assert nodes.nodes_expired == 1 and nodes.current
+    assert nodes.extra == {"newest": NOW - timedelta(seconds=2)}  # node-2, renewed 2 s ago
+    others = [found for (cluster, _), found in counts.items() if cluster == live.pk]
+    assert sum(found.total for found in others) == 4
+    assert sum(found.expired for found in others) == 2
+    for (cluster, _), found in counts.items():
+        if cluster == stale.pk:
+            assert not found.current and found.unknown == found.total
+            assert found.held == found.expired == found.released == found.nodes_expired == 0
+    per_cluster = counts_by_cluster(NOW, EXPIRING_SOON)
+    assert per_cluster[live.pk]["expired"] == 2 and per_cluster[stale.pk]["unknown"] == 4
