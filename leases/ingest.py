@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 from django.db import DatabaseError, DataError, IntegrityError, transaction
 from django.utils import timezone
 
@@ -76,6 +77,11 @@ __all__ = ["FlushResult", "LeaseIngestor", "sync_candidates"]
 Key = tuple[str, str]
 # One flush writes at most this many leases (oldest first); the rest wait for the next one.
 FLUSH_MAX_LEASES = 4000
+# Leases per committed chunk of a flush. What a chunk holds at once (the decoded objects,
+# their parse, the statement's JSON and its copies) is most of a flush's peak memory: at
+# 2,000 a flush of 2,000 new leases peaked at 9.9 MB traced, at 500 at 5.8 MB, in the same
+# time; and each chunk's commit brings its leases in sooner (the oldest go first).
+CHUNK_LEASES = 500
 # A list waits (leases.watch_loop) while this many raw objects wait for a flush: a list of
 # 100,000 leases holds one flush's worth of objects, not the whole list.
 MAX_PENDING_LEASES = FLUSH_MAX_LEASES
@@ -167,7 +173,11 @@ class _Written:
 History = PendingTransition | SpanMove
 # Leases waiting for a flush: the newest object per lease, with its holder transitions
 # and span moves.
-_Batch = PendingBatch[Key, dict[str, Any], History]
+# A waiting Lease is kept as its JSON (orjson, in C: ~0.5 us), a third of the memory of
+# the parsed dict (a node lease: ~450 bytes against ~1.7 KB), and decoded once per write.
+# An object orjson cannot write back (never one read from JSON) waits as it came.
+Pending = bytes | dict[str, Any]
+_Batch = PendingBatch[Key, Pending, History]
 
 
 def _transition_key(item: History) -> Key:
@@ -272,7 +282,7 @@ class LeaseIngestor:
                     move = tenure.renewed(key, spec, self._identity(key, holder))
                     if move is not None:
                         batch.history.append(move)
-            batch.objects[key] = obj
+            batch.objects[key] = _packed(obj)
             if key not in batch.received:  # the clock is read only for a lease's first event
                 batch.received[key] = time.monotonic() if received is None else received
             if batch.deleted:
@@ -396,8 +406,8 @@ class LeaseIngestor:
         items = list(batch.objects.items())
         written = 0
         try:
-            for start in range(0, len(items), UPSERT_BATCH_SIZE):
-                chunk = items[start : start + UPSERT_BATCH_SIZE]
+            for start in range(0, len(items), CHUNK_LEASES):
+                chunk = items[start : start + CHUNK_LEASES]
                 try:
                     self._write_chunk(chunk, pending_history, result)
                 except ROW_DATA_ERRORS:
@@ -431,7 +441,7 @@ class LeaseIngestor:
 
     def _write_chunk(
         self,
-        chunk: list[tuple[Key, dict[str, Any]]],
+        chunk: list[tuple[Key, Pending]],
         pending_history: dict[Key, list[History]],
         result: FlushResult,
     ) -> None:
@@ -450,7 +460,8 @@ class LeaseIngestor:
         renewed_items: list[tuple[int, Key, dict[str, Any], bytes]] = []
         full: list[tuple[Key, dict[str, Any]]] = []
         digests: dict[Key, bytes] = {}
-        for key, obj in chunk:
+        for key, pending in chunk:
+            obj = _unpacked(pending)
             shape = renewal_shape(obj)
             if shape is not None:
                 stable, renew_text, resource_version = shape
@@ -505,7 +516,7 @@ class LeaseIngestor:
 
     def _write_alone(
         self,
-        item: tuple[Key, dict[str, Any]],
+        item: tuple[Key, Pending],
         pending_history: dict[Key, list[History]],
         result: FlushResult,
     ) -> None:
@@ -601,6 +612,20 @@ class LeaseIngestor:
                 deleted_at__isnull=True,
             ).update(deleted_at=now)
         return count
+
+
+def _packed(obj: dict[str, Any]) -> Pending:
+    try:
+        # Copied: orjson's own bytes keep the 4 KiB it wrote into, whatever their length.
+        return memoryview(orjson.dumps(obj)).tobytes()
+    except (orjson.JSONEncodeError, TypeError):
+        return obj
+
+
+def _unpacked(pending: Pending) -> dict[str, Any]:
+    if isinstance(pending, bytes):
+        return orjson.loads(pending)  # type: ignore[no-any-return]
+    return pending
 
 
 def compact_key(namespace: str, name: str) -> Key:
