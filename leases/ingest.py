@@ -30,7 +30,7 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -82,6 +82,9 @@ FLUSH_MAX_LEASES = 4000
 # 2,000 a flush of 2,000 new leases peaked at 9.9 MB traced, at 500 at 5.8 MB, in the same
 # time; and each chunk's commit brings its leases in sooner (the oldest go first).
 CHUNK_LEASES = 500
+# A flush goes on writing while there is a backlog, until it has taken this long (the
+# watcher's flush interval, leases.watcher): then the housekeeping thread has its turn.
+FLUSH_BUDGET_SECONDS = 0.5
 # A list waits (leases.watch_loop) while this many raw objects wait for a flush: a list of
 # 100,000 leases holds one flush's worth of objects, not the whole list.
 MAX_PENDING_LEASES = FLUSH_MAX_LEASES
@@ -388,6 +391,26 @@ class LeaseIngestor:
             self._batch.events += 1
 
     def flush(self) -> FlushResult:
+        """Write what waits, oldest first, FLUSH_MAX_LEASES at a time, for as long as
+        FLUSH_BUDGET_SECONDS allows: a backlog (a burst, the renewals after a list) is
+        written at the database's speed instead of FLUSH_MAX_LEASES per flush interval.
+
+        At full speed 15,000 leases wait at once; at 4,000 a flush, 0.5 s apart, the last
+        of them waited 2 s while each flush took under 0.2 s of its 0.5. A failure after a
+        first part was written ends the flush with what it wrote (the failed part is back
+        in the queue, and the next flush meets the failure and says so).
+        """
+        started = time.monotonic()
+        result = self._flush_part()
+        while not result.drained and time.monotonic() - started < FLUSH_BUDGET_SECONDS:
+            try:
+                more = self._flush_part()
+            except DatabaseError:
+                break
+            _add(result, more)
+        return result
+
+    def _flush_part(self) -> FlushResult:
         """Write what was observed since the last flush, oldest first, in committed chunks.
 
         Leases are kept in first-seen order, so committing chunk by chunk gets the longest
@@ -612,6 +635,18 @@ class LeaseIngestor:
                 deleted_at__isnull=True,
             ).update(deleted_at=now)
         return count
+
+
+def _add(result: FlushResult, more: FlushResult) -> None:
+    """`more` counted into `result`: the counts add up, the worst lag is the worse one, and
+    what waits is what the later part left."""
+    for name in (item.name for item in fields(FlushResult)):
+        if name == "lag_seconds":
+            result.lag_seconds = max(result.lag_seconds, more.lag_seconds)
+        elif name == "drained":
+            result.drained = more.drained
+        else:
+            setattr(result, name, getattr(result, name) + getattr(more, name))
 
 
 def _packed(obj: dict[str, Any]) -> Pending:
