@@ -53,21 +53,30 @@ def page_body(items: list[Any], metadata: dict[str, Any], *, items_first: bool =
     return orjson.dumps(dict(fields))
 
 
-def serve(body: bytes, piece: int = 0) -> Callable[[BaseHTTPRequestHandler], None]:
-    """A GET answered with `body`, in pieces of `piece` bytes (0: at once), then closed."""
+def serve(
+    body: bytes, piece: int = 0, *, chunked: bool = False
+) -> Callable[[BaseHTTPRequestHandler], None]:
+    """A GET answered with `body`, in pieces of `piece` bytes (0: at once), then closed;
+    `chunked`: each piece an HTTP chunk, as the real API server sends a long list."""
 
     def answer(handler: BaseHTTPRequestHandler) -> None:
-        start_body(handler)
+        start_body(handler, {"Transfer-Encoding": "chunked"} if chunked else None)
         step = piece or len(body) or 1
         for start in range(0, len(body), step):
-            handler.wfile.write(body[start : start + step])
+            part = body[start : start + step]
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+            handler.wfile.flush()
+        if chunked:
+            handler.wfile.write(b"0\r\n\r\n")
             handler.wfile.flush()
 
     return answer
 
 
-def listed(body: bytes, piece: int = 0, limit: int = 500) -> kube.ListPage:
-    with HostileServer(serve(body, piece)) as server:
+def listed(
+    body: bytes, piece: int = 0, limit: int = 500, *, chunked: bool = False
+) -> kube.ListPage:
+    with HostileServer(serve(body, piece, chunked=chunked)) as server:
         return kube.list_leases(server.api(), limit=limit)
 
 
@@ -82,14 +91,15 @@ def peak_memory() -> Iterator[Callable[[], int]]:
 # --- Any order, any pieces -----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["until-closed", "chunked"])
 @pytest.mark.parametrize("items_first", [False, True], ids=["metadata-first", "items-first"])
 @pytest.mark.parametrize("piece", [1, 7, 0], ids=["1-byte", "7-byte", "whole"])
 def test_a_page_gives_the_same_items_and_metadata_in_any_order_and_any_pieces(
-    items_first: bool, piece: int
+    items_first: bool, piece: int, chunked: bool
 ) -> None:
     items = [lease("a", 3), lease("b", 4, x=[1, 2.5, True, None, {"y": []}]), lease("c", 5)]
     metadata = {"resourceVersion": "42", "continue": "tok==", "remainingItemCount": 7}
-    page = listed(page_body(items, metadata, items_first=items_first), piece)
+    page = listed(page_body(items, metadata, items_first=items_first), piece, chunked=chunked)
     assert page.items == items
     assert (page.resource_version, page.continue_token, page.cut) == ("42", "tok==", [])
 
