@@ -30,10 +30,11 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
+import orjson
 from django.db import DatabaseError, DataError, IntegrityError, transaction
 from django.utils import timezone
 
@@ -76,6 +77,14 @@ __all__ = ["FlushResult", "LeaseIngestor", "sync_candidates"]
 Key = tuple[str, str]
 # One flush writes at most this many leases (oldest first); the rest wait for the next one.
 FLUSH_MAX_LEASES = 4000
+# Leases per committed chunk of a flush. What a chunk holds at once (the decoded objects,
+# their parse, the statement's JSON and its copies) is most of a flush's peak memory: at
+# 2,000 a flush of 2,000 new leases peaked at 9.9 MB traced, at 500 at 5.8 MB, in the same
+# time; and each chunk's commit brings its leases in sooner (the oldest go first).
+CHUNK_LEASES = 500
+# A flush goes on writing while there is a backlog, until it has taken this long (the
+# watcher's flush interval, leases.watcher): then the housekeeping thread has its turn.
+FLUSH_BUDGET_SECONDS = 0.5
 # A list waits (leases.watch_loop) while this many raw objects wait for a flush: a list of
 # 100,000 leases holds one flush's worth of objects, not the whole list.
 MAX_PENDING_LEASES = FLUSH_MAX_LEASES
@@ -167,7 +176,11 @@ class _Written:
 History = PendingTransition | SpanMove
 # Leases waiting for a flush: the newest object per lease, with its holder transitions
 # and span moves.
-_Batch = PendingBatch[Key, dict[str, Any], History]
+# A waiting Lease is kept as its JSON (orjson, in C: ~0.5 us), a third of the memory of
+# the parsed dict (a node lease: ~450 bytes against ~1.7 KB), and decoded once per write.
+# An object orjson cannot write back (never one read from JSON) waits as it came.
+Pending = bytes | dict[str, Any]
+_Batch = PendingBatch[Key, Pending, History]
 
 
 def _transition_key(item: History) -> Key:
@@ -272,7 +285,7 @@ class LeaseIngestor:
                     move = tenure.renewed(key, spec, self._identity(key, holder))
                     if move is not None:
                         batch.history.append(move)
-            batch.objects[key] = obj
+            batch.objects[key] = _packed(obj)
             if key not in batch.received:  # the clock is read only for a lease's first event
                 batch.received[key] = time.monotonic() if received is None else received
             if batch.deleted:
@@ -378,6 +391,26 @@ class LeaseIngestor:
             self._batch.events += 1
 
     def flush(self) -> FlushResult:
+        """Write what waits, oldest first, FLUSH_MAX_LEASES at a time, for as long as
+        FLUSH_BUDGET_SECONDS allows: a backlog (a burst, the renewals after a list) is
+        written at the database's speed instead of FLUSH_MAX_LEASES per flush interval.
+
+        At full speed 15,000 leases wait at once; at 4,000 a flush, 0.5 s apart, the last
+        of them waited 2 s while each flush took under 0.2 s of its 0.5. A failure after a
+        first part was written ends the flush with what it wrote (the failed part is back
+        in the queue, and the next flush meets the failure and says so).
+        """
+        started = time.monotonic()
+        result = self._flush_part()
+        while not result.drained and time.monotonic() - started < FLUSH_BUDGET_SECONDS:
+            try:
+                more = self._flush_part()
+            except DatabaseError:
+                break
+            _add(result, more)
+        return result
+
+    def _flush_part(self) -> FlushResult:
         """Write what was observed since the last flush, oldest first, in committed chunks.
 
         Leases are kept in first-seen order, so committing chunk by chunk gets the longest
@@ -396,8 +429,8 @@ class LeaseIngestor:
         items = list(batch.objects.items())
         written = 0
         try:
-            for start in range(0, len(items), UPSERT_BATCH_SIZE):
-                chunk = items[start : start + UPSERT_BATCH_SIZE]
+            for start in range(0, len(items), CHUNK_LEASES):
+                chunk = items[start : start + CHUNK_LEASES]
                 try:
                     self._write_chunk(chunk, pending_history, result)
                 except ROW_DATA_ERRORS:
@@ -431,7 +464,7 @@ class LeaseIngestor:
 
     def _write_chunk(
         self,
-        chunk: list[tuple[Key, dict[str, Any]]],
+        chunk: list[tuple[Key, Pending]],
         pending_history: dict[Key, list[History]],
         result: FlushResult,
     ) -> None:
@@ -450,7 +483,8 @@ class LeaseIngestor:
         renewed_items: list[tuple[int, Key, dict[str, Any], bytes]] = []
         full: list[tuple[Key, dict[str, Any]]] = []
         digests: dict[Key, bytes] = {}
-        for key, obj in chunk:
+        for key, pending in chunk:
+            obj = _unpacked(pending)
             shape = renewal_shape(obj)
             if shape is not None:
                 stable, renew_text, resource_version = shape
@@ -505,7 +539,7 @@ class LeaseIngestor:
 
     def _write_alone(
         self,
-        item: tuple[Key, dict[str, Any]],
+        item: tuple[Key, Pending],
         pending_history: dict[Key, list[History]],
         result: FlushResult,
     ) -> None:
@@ -601,6 +635,32 @@ class LeaseIngestor:
                 deleted_at__isnull=True,
             ).update(deleted_at=now)
         return count
+
+
+def _add(result: FlushResult, more: FlushResult) -> None:
+    """`more` counted into `result`: the counts add up, the worst lag is the worse one, and
+    what waits is what the later part left."""
+    for name in (item.name for item in fields(FlushResult)):
+        if name == "lag_seconds":
+            result.lag_seconds = max(result.lag_seconds, more.lag_seconds)
+        elif name == "drained":
+            result.drained = more.drained
+        else:
+            setattr(result, name, getattr(result, name) + getattr(more, name))
+
+
+def _packed(obj: dict[str, Any]) -> Pending:
+    try:
+        # Copied: orjson's own bytes keep the 4 KiB it wrote into, whatever their length.
+        return memoryview(orjson.dumps(obj)).tobytes()
+    except (orjson.JSONEncodeError, TypeError):
+        return obj
+
+
+def _unpacked(pending: Pending) -> dict[str, Any]:
+    if isinstance(pending, bytes):
+        return orjson.loads(pending)  # type: ignore[no-any-return]
+    return pending
 
 
 def compact_key(namespace: str, name: str) -> Key:

@@ -24,6 +24,7 @@ from leases.kube.client import (
     ClusterConfig,
     KubeError,
     ListPage,
+    PageStream,
     connect,
     iter_all_leases,
     iter_all_nodes,
@@ -34,6 +35,8 @@ from leases.kube.client import (
     probe_revision,
     server_address,
     status_error,
+    stream_leases,
+    stream_nodes,
 )
 from leases.kube.watch import (
     WatchStream,
@@ -60,6 +63,7 @@ __all__ = [
     "Cut",
     "KubeError",
     "ListPage",
+    "PageStream",
     "WatchStream",
     "changes_since",
     "connect",
@@ -74,4 +78,6 @@ __all__ = [
     "probe_revision",
     "server_address",
     "status_error",
+    "stream_leases",
+    "stream_nodes",
 ]

@@ -31,11 +31,9 @@ from leases.kube.bounded import (
     MAX_LEASE_BYTES,
     MAX_OBJECT_BYTES,
     MAX_PAGE_BYTES,
-    Body,
     Cut,
-    first_item_prefix,
+    ListReader,
     list_metadata_of_prefix,
-    name_prefix,
     read_body,
 )
 from leases.kube.deadline import DeadlinePassed, bound_connections, call_deadline
@@ -75,11 +73,70 @@ class ClusterConfig:
 
 @dataclass(frozen=True, slots=True)
 class ListPage:
+    """One page read whole (list_leases, list_nodes); the watcher streams its pages."""
+
     items: list[dict[str, Any]]
     resource_version: str
     continue_token: str
     # Objects over their cap (leases.kube.bounded), left out of `items`.
     cut: list[Cut] = field(default_factory=list)
+
+
+_END = object()
+
+
+class PageStream:
+    """One page of a list, read as its items are taken (leases.kube.bounded.ListReader):
+    the page is never held whole. `items` can be taken once; `cut` fills as they are read;
+    `resource_version` and `continue_token` are known once they were read to their end
+    (the list's metadata may come after its items)."""
+
+    def __init__(self, reader: ListReader, translated: _translated_errors) -> None:
+        self._reader = reader
+        self._translated = translated
+        self._taken = False
+
+    @property
+    def items(self) -> Iterator[dict[str, Any]]:
+        if self._taken:
+            raise RuntimeError("a streamed list page's items can be read only once")
+        self._taken = True
+        return self._items()
+
+    def _items(self) -> Iterator[dict[str, Any]]:
+        items = self._reader.items()
+        try:
+            while True:
+                # A broken connection or a read timeout, in an engineer's words.
+                with self._translated:
+                    item = next(items, _END)
+                if item is _END:
+                    return
+                yield item  # type: ignore[misc]
+        finally:
+            items.close()  # a page left unread closes its connection
+
+    @property
+    def cut(self) -> list[Cut]:
+        return self._reader.cut
+
+    @property
+    def resource_version(self) -> str:
+        return str(self._metadata().get("resourceVersion") or "")[:64]
+
+    @property
+    def continue_token(self) -> str:
+        return str(self._metadata().get("continue") or "")
+
+    def _metadata(self) -> dict[str, Any]:
+        if not self._reader.done:
+            raise RuntimeError("a streamed list page says where it goes on once it is read")
+        return self._reader.metadata
+
+    def read(self) -> ListPage:
+        """The whole page, held."""
+        items = list(self.items)
+        return ListPage(items, self.resource_version, self.continue_token, list(self.cut))
 
 
 def parse_kubeconfig(text: str, context: str = "") -> CheckedKubeconfig:
@@ -131,7 +188,19 @@ def list_leases(
     *,
     deadline: float | None = None,
 ) -> ListPage:
-    """One page of Leases across all namespaces, read before `deadline` (time.monotonic())."""
+    """One page of Leases across all namespaces, read whole before `deadline`
+    (time.monotonic())."""
+    return stream_leases(api, continue_token, limit, deadline=deadline).read()
+
+
+def stream_leases(
+    api: k8s.ApiClient,
+    continue_token: str = "",
+    limit: int = LIST_PAGE_SIZE,
+    *,
+    deadline: float | None = None,
+) -> PageStream:
+    """One page of Leases, its items read as they are taken, all before `deadline`."""
     call = k8s.CoordinationV1Api(api).list_lease_for_all_namespaces
     return _list_page(api, call, "leases", LEASE_GRANT, continue_token, limit, deadline)
 
@@ -143,7 +212,18 @@ def list_nodes(
     *,
     deadline: float | None = None,
 ) -> ListPage:
-    """One page of Nodes (cluster-scoped), read before `deadline` (time.monotonic())."""
+    """One page of Nodes (cluster-scoped), read whole before `deadline` (time.monotonic())."""
+    return stream_nodes(api, continue_token, limit, deadline=deadline).read()
+
+
+def stream_nodes(
+    api: k8s.ApiClient,
+    continue_token: str = "",
+    limit: int = LIST_PAGE_SIZE,
+    *,
+    deadline: float | None = None,
+) -> PageStream:
+    """One page of Nodes, its items read as they are taken, all before `deadline`."""
     call = k8s.CoreV1Api(api).list_node
     return _list_page(api, call, "nodes", NODE_GRANT, continue_token, limit, deadline)
 
@@ -154,9 +234,10 @@ def iter_all_leases(
     *,
     seconds: float = LIST_DEADLINE_SECONDS,
     page_seconds: float = LIST_PAGE_DEADLINE_SECONDS,
-) -> Iterator[ListPage]:
-    """Every page of a full list; the last page's resourceVersion is where a watch starts."""
-    return _iter_pages(list_leases, api, limit, seconds, page_seconds)
+) -> Iterator[PageStream]:
+    """Every page of a full list, each read as it is taken (PageStream); the last page's
+    resourceVersion is where a watch starts."""
+    return _iter_pages(stream_leases, api, limit, seconds, page_seconds)
 
 
 def iter_all_nodes(
@@ -165,20 +246,22 @@ def iter_all_nodes(
     *,
     seconds: float = LIST_DEADLINE_SECONDS,
     page_seconds: float = LIST_PAGE_DEADLINE_SECONDS,
-) -> Iterator[ListPage]:
-    """Every page of a full Node list; the last page's resourceVersion starts the watch."""
-    return _iter_pages(list_nodes, api, limit, seconds, page_seconds)
+) -> Iterator[PageStream]:
+    """Every page of a full Node list, each read as it is taken (PageStream); the last
+    page's resourceVersion starts the watch."""
+    return _iter_pages(stream_nodes, api, limit, seconds, page_seconds)
 
 
 def _iter_pages(
-    list_page: Callable[..., ListPage],
+    list_page: Callable[..., PageStream],
     api: k8s.ApiClient,
     limit: int,
     seconds: float,
     page_seconds: float,
-) -> Iterator[ListPage]:
+) -> Iterator[PageStream]:
     """Pages until the last; the whole list ends by `seconds`, each page by `page_seconds`
-    (a server that trickles pages must not hold the reader for ever)."""
+    (a server that trickles pages must not hold the reader for ever). Each page is read by
+    whoever takes it, before the next is asked for."""
     continue_token = ""
     list_deadline = time.monotonic() + seconds
     while True:
@@ -198,41 +281,22 @@ def _list_page(
     continue_token: str,
     limit: int,
     deadline: float | None,
-) -> ListPage:
-    """One page, its over-size objects cut out; a page over its cap is asked again with a
-    quarter of the limit, and a single object over it is named from its first bytes."""
+) -> PageStream:
+    """One page, opened: its items are read as they are taken (PageStream)."""
     what = f"{plural.removesuffix('s')} list"
     if deadline is None:
         deadline = time.monotonic() + LIST_PAGE_DEADLINE_SECONDS
-    with call_deadline(api, deadline):
-        while True:
-            with _translated_errors(api, f"list {plural}", grant):
-                response = call(
-                    limit=limit,
-                    _continue=continue_token or None,
-                    _preload_content=False,
-                    _request_timeout=(CONNECT_TIMEOUT_SECONDS, _read_timeout(deadline)),
-                    _headers=IDENTITY,
-                )
-                body = read_body(response, what, MAX_PAGE_BYTES[plural], deadline)
-            if not body.over:
-                break
-            if limit > 1:
-                limit = max(1, limit // 4)
-                continue
-            return _page_of_one_huge_object(body, what)
-    parsed = _read_json(body.data, what)
-    metadata = parsed.get("metadata") or {}
-    items = parsed.get("items")
-    if not isinstance(items, list):
-        raise KubeError(f"The API server answered a {what} without items.", kind="bad_response")
-    kept, cut = _within_cap(items, MAX_OBJECT_BYTES[plural], body.size)
-    return ListPage(
-        items=kept,
-        resource_version=str(metadata.get("resourceVersion") or "")[:64],
-        continue_token=str(metadata.get("continue") or ""),
-        cut=cut,
-    )
+    translated = _translated_errors(api, f"list {plural}", grant)
+    with call_deadline(api, deadline), translated:
+        response = call(
+            limit=limit,
+            _continue=continue_token or None,
+            _preload_content=False,
+            _request_timeout=(CONNECT_TIMEOUT_SECONDS, _read_timeout(deadline)),
+            _headers=IDENTITY,
+        )
+        reader = ListReader(response, what, MAX_OBJECT_BYTES[plural], limit, deadline)
+    return PageStream(reader, translated)
 
 
 def _read_timeout(deadline: float) -> float:
@@ -269,25 +333,6 @@ def _within_cap(
 
 def _bounded_text(value: object, limit: int = 253) -> str:
     return value[:limit].replace("\x00", "") if isinstance(value, str) else ""
-
-
-def _page_of_one_huge_object(body: Body, what: str) -> ListPage:
-    """A page of limit 1 over the page cap: its one object is cut, named from the body's
-    first bytes, and the list goes on from the continue token written before the items."""
-    metadata = list_metadata_of_prefix(body.data)
-    if metadata is None:
-        raise KubeError(
-            f"The API server sent a {what} page of one object over "
-            f"{body.size // (1024 * 1024)} MiB, in an order that does not say where the list "
-            "goes on; the list is refused.",
-            kind="bad_response",
-        )
-    return ListPage(
-        items=[],
-        resource_version=str(metadata.get("resourceVersion") or "")[:64],
-        continue_token=str(metadata.get("continue") or ""),
-        cut=[name_prefix(first_item_prefix(body.data), body.size)],
-    )
 
 
 def probe_revision(api: k8s.ApiClient, timeout: float = PROBE_TIMEOUT_SECONDS) -> str:

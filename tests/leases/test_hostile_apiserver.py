@@ -231,7 +231,7 @@ def trickle(handler: BaseHTTPRequestHandler) -> None:
             lambda api: kube.list_leases(api, deadline=time.monotonic() + 1.0), 1.0, id="page"
         ),
         pytest.param(
-            lambda api: list(kube.iter_all_nodes(api, seconds=1.0, page_seconds=5.0)),
+            lambda api: read_all(kube.iter_all_nodes(api, seconds=1.0, page_seconds=5.0)),
             1.0,
             id="whole-list",
         ),
@@ -297,7 +297,7 @@ def test_a_huge_lease_is_left_out_and_shown_as_cut_and_a_large_one_stays_small(
     assert answer.status_code == 200 and len(answer.content) < 20_000
 
 
-# --- A list page over its cap ------------------------------------------------------------------
+# --- A list page over what used to be its cap --------------------------------------------------
 
 GIANT_PAGE = orjson.dumps(
     {
@@ -308,21 +308,28 @@ GIANT_PAGE = orjson.dumps(
 )
 
 
-def test_a_page_over_its_cap_is_asked_again_smaller_and_its_one_object_cut() -> None:
+def test_a_page_with_one_giant_object_is_read_once_and_the_object_cut(
+    peak_memory: Callable[[], int],
+) -> None:
     def giant(handler: BaseHTTPRequestHandler) -> None:
         start_body(handler)
         server.write(handler, GIANT_PAGE)
 
     with HostileServer(giant) as server:
+        tracemalloc.reset_peak()
         page = kube.list_leases(server.api())
-    limits = [
-        next(part for part in path.split("?")[1].split("&") if part.startswith("limit="))
-        for path in server.paths
-    ]
-    assert limits == ["limit=500", "limit=125", "limit=31", "limit=7", "limit=1"]
+    # Streamed: no page is held, so none is asked for again with a smaller limit.
+    assert [path.split("limit=")[1].split("&")[0] for path in server.paths] == ["500"]
     assert (page.items, page.continue_token, page.resource_version) == ([], "next", "9")
     (cut,) = page.cut
     assert (cut.namespace, cut.name) == ("apps", "giant")
+    assert cut.size > 17 * MIB
+    # What was held: the object cap and a read or two, never the 17 MiB object.
+    assert peak_memory() < kube.MAX_LEASE_BYTES + 2 * MIB
+
+
+def read_all(pages: Iterator[kube.PageStream]) -> list[kube.ListPage]:
+    return [page.read() for page in pages]
 
 
 # --- A status line and headers trickled one byte at a time -------------------------------------
@@ -351,7 +358,7 @@ HEADER_CALLS = [
         lambda api: kube.list_leases(api, deadline=time.monotonic() + 1.0), 1.0, id="page"
     ),
     pytest.param(
-        lambda api: list(kube.iter_all_nodes(api, seconds=1.0, page_seconds=5.0)),
+        lambda api: read_all(kube.iter_all_nodes(api, seconds=1.0, page_seconds=5.0)),
         1.0,
         id="whole-list",
     ),

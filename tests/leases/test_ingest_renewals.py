@@ -190,3 +190,23 @@ def test_a_renewal_of_a_committed_row_moves_renew_time_and_version_in_place() ->
     row = Lease.objects.get(cluster=cluster)
     assert row.resource_version == "2"
     assert row.renew_time is not None and row.renew_time.second == 10
+
+
+def test_the_first_watch_event_after_a_list_is_a_renewal() -> None:
+    """A list's items come without kind and apiVersion (the real API server's, and the
+    fake's: list_all.json); a watch's objects with them. The row is the same either way,
+    so the next renewal of a listed lease is written as a renewal, not in full."""
+    cluster = KubeCluster.objects.create(name="relisted", kubeconfig="x")
+    ingestor = LeaseIngestor(cluster.id)
+    listed = lease("node-a", 1)
+    del listed["kind"], listed["apiVersion"]
+    ingestor.observe(listed)
+    assert ingestor.flush().leases_renewed == 0
+    renewal = lease("node-a", 2)
+    renewal["spec"]["renewTime"] = "2026-11-29T07:00:10.000000Z"
+    ingestor.observe(renewal)
+    result = ingestor.flush()
+    assert (result.leases_written, result.leases_renewed) == (1, 1)
+    row = Lease.objects.get(cluster=cluster)
+    assert row.resource_version == "2"
+    assert row.renew_time is not None and row.renew_time.second == 10

@@ -221,7 +221,7 @@ def test_node_lists_are_paged(
     for number in range(5):
         add_worker(apiserver, f"worker-{number}")
     api = make_api_client(apiserver)
-    pages = list(kube.iter_all_nodes(api, limit=2))
+    pages = [page.read() for page in kube.iter_all_nodes(api, limit=2)]
     assert [len(page.items) for page in pages] == [2, 2, 1]
     names = [item["metadata"]["name"] for page in pages for item in page.items]
     assert names == [f"worker-{number}" for number in range(5)]
