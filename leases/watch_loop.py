@@ -138,7 +138,7 @@ class WatchedResource:
     """One resource the cluster's watcher reads: the calls, the ingestor, the status."""
 
     plural: str  # "leases", "nodes": for logs and error messages
-    list_pages: Callable[[Any], Iterator[kube.ListPage]]
+    list_pages: Callable[[Any], Iterator[kube.PageStream]]
     open_watch: Callable[[Any, str, int], kube.WatchStream]
     # The key of an object (None: not usable), as its ingestor's reconcile and deletes take it.
     key_of: Callable[[Any], Hashable | None]
