@@ -22,7 +22,7 @@ from leases.availability import (
     recent_gaps,
 )
 from leases.flapping import most_flapping
-from leases.groups import GroupStatus, leader_groups
+from leases.groups import GroupStatus, group_summaries, leader_groups
 from leases.leader_k8s import is_token
 from leases.models import (
     Lease,
@@ -158,10 +158,12 @@ class ElectionsOverview:
 def elections_overview(now: datetime, cluster_names: Mapping[int, str]) -> ElectionsOverview:
     """A fixed number of queries, however many groups, leases and gaps there are; the
     history is read only for a bounded page of election leases (`election_candidates`)."""
-    groups = leader_groups(now, enabled_only=True)
-    short = [group for group in groups if group.status != GroupStatus.STAFFED]
-    # Unstaffed (no leader at all) before degraded.
-    short.sort(key=lambda group: (group.status != GroupStatus.UNSTAFFED, group.sort_key()))
+    # Every group's status from one aggregate row each (already unstaffed, then degraded and
+    # unknown, first); the slots are read only for the few groups the card names.
+    summaries = group_summaries(now, enabled_only=True)
+    short = [summary for summary in summaries if summary.status != GroupStatus.STAFFED]
+    named = leader_groups(now, enabled_only=True, keys=[s.key for s in short[:ELECTIONS_LIMIT]])
+    by_key = {(group.cluster_id, group.namespace, group.name): group for group in named}
     understaffed = [
         GroupLink(
             url=group_url(group.cluster, group.namespace, group.name),
@@ -172,7 +174,9 @@ def elections_overview(now: datetime, cluster_names: Mapping[int, str]) -> Elect
             held=group.held,
             size=size_text(group),
         )
-        for group in short[:ELECTIONS_LIMIT]
+        for group in (
+            by_key[summary.key] for summary in short[:ELECTIONS_LIMIT] if summary.key in by_key
+        )
     ]
     prefix = leases_prefix()
     # The gaps look back RECENT_GAPS_WINDOW (longer than the 24 h of the ratios): leases
@@ -223,7 +227,7 @@ def elections_overview(now: datetime, cluster_names: Mapping[int, str]) -> Elect
             )
         )
     return ElectionsOverview(
-        groups=len(groups),
+        groups=len(summaries),
         understaffed=understaffed,
         understaffed_total=len(short),
         lowest=lowest,
