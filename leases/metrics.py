@@ -26,7 +26,6 @@ from django.db.models import (
     Aggregate,
     Case,
     Count,
-    DateTimeField,
     DurationField,
     ExpressionWrapper,
     F,
@@ -37,7 +36,7 @@ from django.db.models import (
     When,
     Window,
 )
-from django.db.models.functions import Least, RowNumber
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -50,6 +49,7 @@ from dashboard.metrics import DatabaseCollector, GaugeLines, label_text
 from leases.availability import ELECTION_CLASSES, WINDOWS, Availability, availability_by_window
 from leases.lease_states import lease_as_of
 from leases.models import KubeCluster, Lease, LeaseClass, LeaseState, ResourceWatchState
+from leases.overview_queries import lease_state_counts
 
 PREFIX = "lease_dashboard"
 
@@ -144,27 +144,13 @@ def _seconds(value: timedelta | float | None) -> float:
     return float(value) / 1_000_000
 
 
-def _lease_aggregates(now: datetime) -> dict[str, Aggregate]:
-    """Aggregates of a (cluster, class) group of live leases: by state at `now`, and the node
-    heartbeats' renewal ages.
-
-    Each lease is judged by its own cluster's as-of moment, read by joining the cluster row
-    (`cluster__leases_as_of`), as `leases.lease_states.state_counts` judges it with one `OR`
-    term per cluster: here the database compares each lease once, not once per cluster, so
-    50 clusters cost what one does. Whether a cluster's data is current at all is decided
-    in Python from the same row (`lease_aggregates`).
-    """
-    held = ~Q(holder="")
+def _renewal_aggregates() -> dict[str, Aggregate]:
+    """The node heartbeats' renewal ages in a (cluster, class) group, measured back from the
+    cluster's as-of moment (what is known), as extra aggregates of the one state count."""
     as_of = F("cluster__leases_as_of")
-    judged_until = Least(Value(now, output_field=DateTimeField()), as_of)
-    renewed = held & Q(renew_time__isnull=False)
+    renewed = ~Q(holder="") & Q(renew_time__isnull=False)
     age = ExpressionWrapper(as_of - F("renew_time"), output_field=DurationField())
     aggregates: dict[str, Aggregate] = {
-        "total": Count("id"),
-        "released": Count("id", filter=Q(holder="")),
-        "expired": Count("id", filter=held & Q(expires_at__lte=judged_until)),
-        # Expired by the clock but after the as-of moment: nothing known says so yet.
-        "late": Count("id", filter=held & Q(expires_at__lte=now, expires_at__gt=as_of)),
         "renewal_count": Count("id", filter=renewed),
         "renewal_age_sum": Sum(age, filter=renewed),
         "renewal_age_max": Max(age, filter=renewed),
@@ -177,50 +163,44 @@ def _lease_aggregates(now: datetime) -> dict[str, Aggregate]:
 
 
 def lease_aggregates(now: datetime, names: dict[int, str]) -> LeaseAggregates:
-    """Every live lease counted by cluster, class and state (the rule of `lease_state`), and
-    the node heartbeats' renewal ages: one grouped query, whatever the number of leases."""
-    current = lease_as_of(now)
-    rows = (
-        Lease.objects.live()
-        .values("cluster_id", "lease_class")
-        .annotate(**_lease_aggregates(now))
-        .order_by()
-    )
+    """Every live lease counted by cluster, class and state, and the node heartbeats'
+    renewal ages: the overview's one grouped state count (`lease_state_counts`, the rule of
+    `lease_state` judged by each cluster's as-of moment), per class, with the renewal ages
+    read from the same rows."""
+    rows = lease_state_counts(now, timedelta(0), by_class=True, extra=_renewal_aggregates())
     counts = {
         (cluster, lease_class, state): 0
         for cluster in names.values()
         for lease_class in LeaseClass.values
         for state in LeaseState.values
     }
+    # A current cluster without heartbeats still says "none renewed", not nothing.
     ages: dict[str, RenewalAges] = {
         names[cluster_id]: RenewalAges([0] * len(RENEWAL_AGE_BUCKETS), 0, 0.0, None)
-        for cluster_id in current
+        for cluster_id in lease_as_of(now)
         if cluster_id in names
     }
     elections: dict[int, int] = {}
-    for row in rows:
-        cluster = names.get(row["cluster_id"])
+    for (cluster_id, lease_class), found in rows.items():
+        cluster = names.get(cluster_id)
         if cluster is None:
             continue
-        key = (cluster, row["lease_class"])
-        if row["lease_class"] in ELECTION_CLASSES:
-            elections[row["cluster_id"]] = elections.get(row["cluster_id"], 0) + row["total"]
-        if row["cluster_id"] not in current:
-            # Stale (or disabled) data says nothing of now: every lease is unknown.
-            counts[(*key, LeaseState.UNKNOWN.value)] = row["total"]
-            continue
-        counts[(*key, LeaseState.RELEASED.value)] = row["released"]
-        counts[(*key, LeaseState.EXPIRED.value)] = row["expired"]
-        counts[(*key, LeaseState.UNKNOWN.value)] = row["late"]
-        counts[(*key, LeaseState.HELD.value)] = (
-            row["total"] - row["released"] - row["expired"] - row["late"]
-        )
-        if row["lease_class"] == LeaseClass.NODE_HEARTBEAT and row["renewal_count"]:
+        if lease_class in ELECTION_CLASSES:
+            elections[cluster_id] = elections.get(cluster_id, 0) + found.total
+        for state, count in (
+            (LeaseState.HELD, found.held),
+            (LeaseState.RELEASED, found.released),
+            (LeaseState.EXPIRED, found.expired),
+            (LeaseState.UNKNOWN, found.unknown),
+        ):
+            counts[(cluster, lease_class, state.value)] = count
+        extra = found.extra
+        if found.current and lease_class == LeaseClass.NODE_HEARTBEAT and extra["renewal_count"]:
             ages[cluster] = RenewalAges(
-                buckets=[row[f"renewed_within_{i}"] for i in range(len(RENEWAL_AGE_BUCKETS))],
-                count=row["renewal_count"],
-                sum_seconds=_seconds(row["renewal_age_sum"]),
-                max_seconds=_seconds(row["renewal_age_max"]),
+                buckets=[extra[f"renewed_within_{i}"] for i in range(len(RENEWAL_AGE_BUCKETS))],
+                count=extra["renewal_count"],
+                sum_seconds=_seconds(extra["renewal_age_sum"]),
+                max_seconds=_seconds(extra["renewal_age_max"]),
             )
     return LeaseAggregates(counts, ages, elections)
 
