@@ -35,7 +35,14 @@ from django.db.models.functions import Least, RowNumber
 
 from leases.availability import ELECTION_CLASSES
 from leases.freshness import stale_after
-from leases.models import Lease, LeaseClass, LeaseDeadline, LeaseHolderSpan, LeaseTransition
+from leases.models import (
+    KubeCluster,
+    Lease,
+    LeaseClass,
+    LeaseDeadline,
+    LeaseHolderSpan,
+    LeaseTransition,
+)
 
 
 def current_cluster(now: datetime) -> Q:
@@ -53,6 +60,32 @@ def expired_now(now: datetime) -> Q:
     """Held by someone, expired before its cluster's as-of moment, in a current cluster:
     `leases.lease_states.expired_condition`, one comparison per lease."""
     return current_cluster(now) & ~Q(holder="") & Q(expires_at__lte=_judged_until(now))
+
+
+def _current_cluster(now: datetime) -> Any:
+    """The lease's own cluster (`OuterRef("cluster_id")`) if it is current at `now`."""
+    return KubeCluster.objects.filter(
+        pk=OuterRef("cluster_id"), enabled=True, leases_as_of__gte=now - stale_after()
+    )
+
+
+def expired_due(now: datetime) -> Q:
+    """`expired_now` for a query of the scheduled leases (`due_by_schedule`): the same
+    leases, with the cluster's as-of moment (NULL unless current) looked up per lease by
+    primary key. Joined instead, the planner puts the clusters outside (its statistics of a
+    column every flush moves say few are current) and reads the scheduled leases once per
+    cluster: 64,000 buffers for 1,000 expired leases of 20 clusters."""
+    as_of = Subquery(_current_cluster(now).values("leases_as_of")[:1])
+    return ~Q(holder="") & Q(expires_at__lte=Least(Value(now, output_field=DateTimeField()), as_of))
+
+
+def expiring_soon_due(now: datetime, within: timedelta) -> Q:
+    """`expiring_soon` for a query of the scheduled leases, as `expired_due`."""
+    return (
+        ~Q(holder="")
+        & Q(expires_at__gt=now, expires_at__lte=now + within)
+        & Q(Exists(_current_cluster(now)))
+    )
 
 
 def expiring_soon(now: datetime, within: timedelta) -> Q:
@@ -215,8 +248,8 @@ def soon_and_expired_nodes(
     soon_ids, nodes_ids = set(soon_clusters), set(nodes_clusters)
     if not soon_ids and not nodes_ids:
         return {}, {}
-    soon = expiring_soon(now, within) & Q(cluster_id__in=soon_ids)
-    nodes = expired_now(now) & Q(lease_class=LeaseClass.NODE_HEARTBEAT, cluster_id__in=nodes_ids)
+    soon = expiring_soon_due(now, within) & Q(cluster_id__in=soon_ids)
+    nodes = expired_due(now) & Q(lease_class=LeaseClass.NODE_HEARTBEAT, cluster_id__in=nodes_ids)
     is_soon = Case(When(soon, then=Value(True)), default=Value(False))
     fields = [field for field in fields if field != "cluster_id"]
     rows = (
