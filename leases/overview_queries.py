@@ -255,7 +255,9 @@ def _counts_from_schedule(
         )
         judged = Least(Value(now, output_field=DateTimeField()), as_of)
         due = (
-            live.filter(due_by_schedule(now), cluster_id__in=list(current))
+            # No condition on the cluster: with one, the planner may read the cluster's
+            # every lease by its index. Groups of clusters not current are ignored below.
+            live.filter(due_by_schedule(now))
             .exclude(holder="")
             .values(*groups)
             .annotate(
