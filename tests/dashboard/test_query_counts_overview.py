@@ -26,8 +26,10 @@ from leases.models import (
 )
 from leases.overview_queries import (
     ELECTION_CANDIDATES,
+    RECENT_TRANSITIONS_READ,
     counts_by_cluster,
     lease_state_counts,
+    recent_transitions,
     soon_and_expired_nodes,
 )
 from leases.presenters.overview import lease_problems, leases_overview, overview_list_limit
@@ -414,3 +416,64 @@ def test_the_state_counts_read_no_healthy_lease_row() -> None:
         ("Index Scan", "leases_lease_pkey"),
     }
     assert all("id = ANY" in cond for kind, _, cond in scans if kind == "Index Scan")
+
+
+def _changes(lease: Lease, count: int, *, since: float) -> None:
+    LeaseTransition.objects.bulk_create(
+        LeaseTransition(
+            lease=lease,
+            from_holder=f"h{i}",
+            to_holder=f"h{i + 1}",
+            observed_at=NOW - timedelta(seconds=since + i),
+        )
+        for i in range(count)
+    )
+
+
+def test_a_quiet_clusters_last_changes_are_shown_beside_a_busy_clusters() -> None:
+    busy = make_lease(make_cluster("busy"), "chatty")
+    quiet = make_lease(make_cluster("quiet"), "calm")
+    # The quiet cluster's changes are older than every one of the busy cluster's newest
+    # (RECENT_TRANSITIONS_READ rows per row shown): read again, among all changes.
+    _changes(quiet, 4, since=3600)
+    _changes(busy, RECENT_TRANSITIONS_READ * 3 * 2 + 10, since=1)
+    found = recent_transitions([busy.cluster_id, quiet.cluster_id], 3)
+    assert [t.to_holder for t in found[busy.cluster_id]] == ["h1", "h2", "h3"]
+    assert [t.to_holder for t in found[quiet.cluster_id]] == ["h1", "h2", "h3"]
+    assert [t.lease.name for t in found[quiet.cluster_id]] == ["calm"] * 3
+
+
+def _transition_rows_read(cluster_ids: list[int]) -> tuple[list[str], int]:
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE leases_leasetransition")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
+            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_leasetransition'"
+        )
+        before = cursor.fetchone()[0]
+        found = recent_transitions(cluster_ids, 3)
+        cursor.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
+            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_leasetransition'"
+        )
+        after = cursor.fetchone()[0]
+        cursor.execute("SET LOCAL enable_seqscan = on")
+    names = [t.to_holder for cluster in cluster_ids for t in found.get(cluster, [])]
+    return names, after - before
+
+
+@pytest.mark.postgres
+def test_the_last_changes_read_the_same_transitions_with_ten_times_the_history() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL counts the rows it reads; SQLite does not")
+    leases = [make_lease(make_cluster(f"c{n}"), "leader") for n in range(2)]
+    for lease in leases:
+        _changes(lease, 40, since=1000)
+    ids = [lease.cluster_id for lease in leases]
+    small = _transition_rows_read(ids)
+    for lease in leases:
+        _changes(lease, 400, since=5000)
+    large = _transition_rows_read(ids)
+    assert small[0] == large[0] == ["h1", "h2", "h3"] * 2
+    assert small[1] == large[1]
