@@ -286,6 +286,19 @@ class Lease(models.Model):
         # read the narrow LeaseDeadline beside it, whose index renewals may move.
         indexes = [
             models.Index(fields=["cluster", "lease_class"], name="lease_cluster_class"),
+            # The overview's counts (leases.overview_queries._counts_from_schedule): live
+            # leases per group as an index-only count, and the released ones alone. No
+            # column a renewal writes is in them: renewals stay in-place (HOT) updates.
+            models.Index(
+                fields=["cluster", "lease_class"],
+                name="lease_live_class",
+                condition=models.Q(deleted_at__isnull=True),
+            ),
+            models.Index(
+                fields=["cluster", "lease_class"],
+                name="lease_released",
+                condition=models.Q(deleted_at__isnull=True, holder=""),
+            ),
             models.Index(fields=["namespace", "name"], name="lease_namespace_name"),
             models.Index(
                 fields=["cluster", "namespace", "group_name"],

@@ -34,7 +34,7 @@ from leases.models import (
 from leases.overview_queries import (
     due_by_schedule,
     election_candidates,
-    expired_now,
+    expired_due,
     recent_transitions,
     soon_and_expired_nodes,
 )
@@ -463,7 +463,7 @@ def lease_problems(now: datetime, statuses: list[ClusterStatus] | None = None) -
     expired_rows = list(
         Lease.objects.live()
         .filter(due_by_schedule(now))
-        .filter(expired_now(now))
+        .filter(expired_due(now))
         .annotate(total=Window(Count("id")))
         # Newest expiry first: what just broke is what someone is being paged about.
         .order_by("-expires_at", "id")

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import time_machine
 from django.db import connection
-from django.db.models import Max
+from django.db.models import Count, Max
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from leases.models import (
     EXPIRING_SOON,
@@ -23,8 +26,10 @@ from leases.models import (
 )
 from leases.overview_queries import (
     ELECTION_CANDIDATES,
+    RECENT_TRANSITIONS_READ,
     counts_by_cluster,
     lease_state_counts,
+    recent_transitions,
     soon_and_expired_nodes,
 )
 from leases.presenters.overview import lease_problems, leases_overview, overview_list_limit
@@ -308,3 +313,167 @@ def test_state_counts_per_class_carry_extra_aggregates_and_say_unknown_when_stal
             assert found.held == found.expired == found.released == found.nodes_expired == 0
     per_cluster = counts_by_cluster(NOW, EXPIRING_SOON)
     assert per_cluster[live.pk]["expired"] == 2 and per_cluster[stale.pk]["unknown"] == 4
+
+
+def _mixed_fleet() -> None:
+    """Leases in every state in a current cluster, one whose data is behind and a stale
+    one: held (one with no expiry, one renewed for minutes), released, deleted, expiring
+    soon, expired before and after the cluster's as-of moment, expired node heartbeats."""
+    live = make_cluster("live")
+    behind = make_cluster("behind")
+    stale = make_cluster("stale", fresh=False)
+    known_until(behind, NOW - timedelta(seconds=8))
+    for cluster in (live, behind, stale):
+        make_lease(cluster, "held")
+        make_lease(cluster, "forever", duration=None)
+        make_lease(cluster, "long", renewed_ago=30, duration=600)
+        make_lease(cluster, "gone", renewed_ago=20, duration=15)
+        make_lease(cluster, "old", renewed_ago=100, duration=15)
+        make_lease(cluster, "soon", renewed_ago=10, duration=15)
+        make_lease(cluster, "free", holder="")
+        make_lease(cluster, "deleted", renewed_ago=100, deleted_at=NOW - timedelta(minutes=1))
+        make_lease(cluster, "node-1", namespace="kube-node-lease", renewed_ago=100, duration=40)
+        make_lease(cluster, "node-2", namespace="kube-node-lease", holder="")
+        make_many_leases(cluster, 5)
+
+
+@pytest.mark.parametrize("by_class", [False, True])
+@pytest.mark.parametrize("within", [EXPIRING_SOON, timedelta(0), timedelta(seconds=3)])
+def test_counts_from_the_expiry_schedule_are_the_counts_of_every_lease(
+    by_class: bool, within: timedelta
+) -> None:
+    _mixed_fleet()
+    # An extra aggregate makes the count read every live lease: the rule written once.
+    every = lease_state_counts(NOW, within, by_class=by_class, extra={"n": Count("id")})
+    scheduled = lease_state_counts(NOW, within, by_class=by_class)
+    assert {key: found.as_dict() for key, found in scheduled.items()} == {
+        key: found.as_dict() for key, found in every.items()
+    }
+    assert {key: found.current for key, found in scheduled.items()} == {
+        key: found.current for key, found in every.items()
+    }
+    live = next(cluster for cluster in KubeCluster.objects.filter(name="live"))
+    counted = counts_by_cluster(NOW, EXPIRING_SOON)[live.pk]
+    # held: held, forever, long, soon (renewing), the five nodes; expired: gone, old, node-1.
+    assert counted == {
+        "total": 14,
+        "held": 9,
+        "released": 2,
+        "expired": 3,
+        "unknown": 0,
+        "expiring_soon": 1,
+        "nodes_expired": 1,
+    }
+
+
+def _lease_scans(statement: str, params: Any) -> list[tuple[str, str, str]]:
+    """(node type, index, condition) of each node of the plan that reads the lease table."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {statement}", params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    found = []
+    nodes = [plan[0]["Plan"]]
+    while nodes:
+        node = nodes.pop()
+        nodes.extend(node.get("Plans", []))
+        if node.get("Relation Name") == "leases_lease":
+            found.append(
+                (node["Node Type"], node.get("Index Name", ""), node.get("Index Cond", ""))
+            )
+    return found
+
+
+@pytest.mark.postgres
+def test_the_state_counts_read_no_healthy_lease_row() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the plan is PostgreSQL's")
+    cluster = make_cluster()
+    make_lease(cluster, "node-dead", namespace="kube-node-lease", renewed_ago=100, duration=40)
+    make_lease(cluster, "free", holder="")
+    make_many_leases(cluster, 400)
+    with connection.cursor() as cursor:
+        # Planned as at scale: with statistics, and told to avoid sequential scans (cheapest
+        # for 400 rows), a read that no index serves still scans the table.
+        cursor.execute("ANALYZE leases_lease, leases_leasedeadline")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    with CaptureQueriesContext(connection) as queries:
+        counts = lease_state_counts(NOW, EXPIRING_SOON)
+    assert (counts[(cluster.pk, "")].held, counts[(cluster.pk, "")].expired) == (400, 1)
+    plans = [_lease_scans(query["sql"], None) for query in queries.captured_queries]
+    # The first query counts the live leases: from an index (lease_live_class answers it
+    # alone once VACUUM has marked the pages all-visible, as it has at scale; in this test's
+    # transaction the planner may prefer the cluster index), never the table.
+    totals, *others = plans
+    assert len(totals) == 1 and totals[0][0] in {"Index Only Scan", "Index Scan"}
+    assert totals[0][1] in {"lease_live_class", "leases_lease_cluster_id_de08923e"}
+    # The rest read the released leases from their own index and the due ones by primary
+    # key: not one healthy lease row.
+    scans = [scan for plan in others for scan in plan]
+    assert {(kind, index) for kind, index, _ in scans} == {
+        ("Index Only Scan", "lease_released"),
+        ("Index Scan", "leases_lease_pkey"),
+    }
+    assert all("id = ANY" in cond for kind, _, cond in scans if kind == "Index Scan")
+
+
+def _changes(lease: Lease, count: int, *, since: float) -> None:
+    LeaseTransition.objects.bulk_create(
+        LeaseTransition(
+            lease=lease,
+            from_holder=f"h{i}",
+            to_holder=f"h{i + 1}",
+            observed_at=NOW - timedelta(seconds=since + i),
+        )
+        for i in range(count)
+    )
+
+
+def test_a_quiet_clusters_last_changes_are_shown_beside_a_busy_clusters() -> None:
+    busy = make_lease(make_cluster("busy"), "chatty")
+    quiet = make_lease(make_cluster("quiet"), "calm")
+    # The quiet cluster's changes are older than every one of the busy cluster's newest
+    # (RECENT_TRANSITIONS_READ rows per row shown): read again, among all changes.
+    _changes(quiet, 4, since=3600)
+    _changes(busy, RECENT_TRANSITIONS_READ * 3 * 2 + 10, since=1)
+    found = recent_transitions([busy.cluster_id, quiet.cluster_id], 3)
+    assert [t.to_holder for t in found[busy.cluster_id]] == ["h1", "h2", "h3"]
+    assert [t.to_holder for t in found[quiet.cluster_id]] == ["h1", "h2", "h3"]
+    assert [t.lease.name for t in found[quiet.cluster_id]] == ["calm"] * 3
+
+
+def _transition_rows_read(cluster_ids: list[int]) -> tuple[list[str], int]:
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE leases_leasetransition")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
+            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_leasetransition'"
+        )
+        before = cursor.fetchone()[0]
+        found = recent_transitions(cluster_ids, 3)
+        cursor.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
+            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_leasetransition'"
+        )
+        after = cursor.fetchone()[0]
+        cursor.execute("SET LOCAL enable_seqscan = on")
+    names = [t.to_holder for cluster in cluster_ids for t in found.get(cluster, [])]
+    return names, after - before
+
+
+@pytest.mark.postgres
+def test_the_last_changes_read_the_same_transitions_with_ten_times_the_history() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL counts the rows it reads; SQLite does not")
+    leases = [make_lease(make_cluster(f"c{n}"), "leader") for n in range(2)]
+    for lease in leases:
+        _changes(lease, 40, since=1000)
+    ids = [lease.cluster_id for lease in leases]
+    small = _transition_rows_read(ids)
+    for lease in leases:
+        _changes(lease, 400, since=5000)
+    large = _transition_rows_read(ids)
+    assert small[0] == large[0] == ["h1", "h2", "h3"] * 2
+    assert small[1] == large[1]
