@@ -46,53 +46,37 @@ from leases.models import (
 )
 
 
-def current_cluster(now: datetime) -> Q:
-    """The lease's cluster is enabled and its lease data is current at `now`
-    (`leases.freshness.is_current`, as a condition on the joined cluster)."""
-    return Q(cluster__enabled=True, cluster__leases_as_of__gte=now - stale_after())
-
-
 def _judged_until(now: datetime) -> Least:
     # A lease is expired only when its expiry is before its cluster's as-of moment (and now).
     return Least(Value(now, output_field=DateTimeField()), F("cluster__leases_as_of"))
 
 
-def expired_now(now: datetime) -> Q:
-    """Held by someone, expired before its cluster's as-of moment, in a current cluster:
-    `leases.lease_states.expired_condition`, one comparison per lease."""
-    return current_cluster(now) & ~Q(holder="") & Q(expires_at__lte=_judged_until(now))
-
-
 def _current_cluster(now: datetime) -> Any:
-    """The lease's own cluster (`OuterRef("cluster_id")`) if it is current at `now`."""
+    """The lease's own cluster (`OuterRef("cluster_id")`) if it is enabled and its lease
+    data is current at `now` (`leases.freshness.is_current`)."""
     return KubeCluster.objects.filter(
         pk=OuterRef("cluster_id"), enabled=True, leases_as_of__gte=now - stale_after()
     )
 
 
 def expired_due(now: datetime) -> Q:
-    """`expired_now` for a query of the scheduled leases (`due_by_schedule`): the same
-    leases, with the cluster's as-of moment (NULL unless current) looked up per lease by
-    primary key. Joined instead, the planner puts the clusters outside (its statistics of a
-    column every flush moves say few are current) and reads the scheduled leases once per
-    cluster: 64,000 buffers for 1,000 expired leases of 20 clusters."""
+    """Held by someone, expired before its cluster's as-of moment (and now), in a current
+    cluster (`leases.lease_states.expired_condition`), for a query of the scheduled leases
+    (`due_by_schedule`), with the cluster's as-of moment (NULL unless current) looked up
+    per lease by primary key. Joined instead, the planner puts the clusters outside (its
+    statistics of a column every flush moves say few are current) and reads the scheduled
+    leases once per cluster: 64,000 buffers for 1,000 expired leases of 20 clusters."""
     as_of = Subquery(_current_cluster(now).values("leases_as_of")[:1])
     return ~Q(holder="") & Q(expires_at__lte=Least(Value(now, output_field=DateTimeField()), as_of))
 
 
 def expiring_soon_due(now: datetime, within: timedelta) -> Q:
-    """`expiring_soon` for a query of the scheduled leases, as `expired_due`."""
+    """Held, in a current cluster, and expiring in (now, now + within], for a query of the
+    scheduled leases, as `expired_due`."""
     return (
         ~Q(holder="")
         & Q(expires_at__gt=now, expires_at__lte=now + within)
         & Q(Exists(_current_cluster(now)))
-    )
-
-
-def expiring_soon(now: datetime, within: timedelta) -> Q:
-    """Held, in a current cluster, and expiring in (now, now + within]."""
-    return (
-        current_cluster(now) & ~Q(holder="") & Q(expires_at__gt=now, expires_at__lte=now + within)
     )
 
 
