@@ -240,7 +240,10 @@ def test_redis_killed_and_restarted_empty_three_times_the_watcher_keeps_its_lock
             assert watcher_threads() == threads
             eventually(lambda: is_current(cluster), 10)
         eventually(lambda: database_matches_server(server, cluster), 10)
-        eventually(lambda: settled(lambda: server.open_connections) <= api_connections, 10)
+        # The API client's pool may hold one idle connection more than at the start (a probe
+        # and a list that overlapped under load); a connection left behind by each outage
+        # would add one per outage.
+        eventually(lambda: settled(lambda: server.open_connections) <= api_connections + 1, 10)
     figures.print()
     assert thread_deaths == []
     assert false_incidents() == []
