@@ -8,8 +8,9 @@ since the schedule says nothing of a lease's class, each read every due lease to
 planner find its own a cheaper way (the group rule: through the group index, every slot lease
 of every healthy group). Here they are read once, with the few columns that tell them apart,
 and each rule takes its candidates from them: it then reads only its own leases, fresh, after
-the cluster rows it judges them by (so the data's as-of moment is never newer than the lease
-rows judged by it).
+the cluster rows it judges them by, or judges these rows by the clusters read just before
+them (`node_heartbeats_expired`): either way the data's as-of moment is never newer than
+the lease rows judged by it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from leases.models import Lease, LeaseDeadline, LeaseLibrary
+from leases.models import KubeCluster, Lease, LeaseDeadline, LeaseLibrary
 
 # Leases read per query: a mass expiry (a zone's 5,000 nodes) costs a few queries, and
 # SQLite's limit on a statement's parameters is never reached.
@@ -35,6 +36,9 @@ class DueLease:
     library: str
     group_slot: int | None
     group_name: str
+    holder: str
+    expires_at: datetime | None
+    lease_duration_seconds: int | None
 
     @property
     def is_slot(self) -> bool:
@@ -52,16 +56,31 @@ class DueLeases:
     def __init__(self, moment: datetime) -> None:
         self.moment = moment
         self._rows: list[DueLease] | None = None
+        self._clusters: dict[int, KubeCluster] = {}
 
     def rows(self) -> list[DueLease]:
         if self._rows is None:
+            # The clusters first: their as-of moments are then never newer than the rows,
+            # and a rule may judge the rows by them (alerts.lease_rules.vouched).
+            self._clusters = {
+                cluster.pk: cluster for cluster in KubeCluster.objects.defer("kubeconfig")
+            }
             self._rows = self._read()
         return self._rows
+
+    def clusters(self) -> dict[int, KubeCluster]:
+        """Every cluster, as read just before the rows."""
+        self.rows()
+        return self._clusters
+
+    def at(self, moment: datetime) -> DueLeases:
+        """These, or for a moment after the one read for, a read of their own."""
+        return self if moment <= self.moment else DueLeases(moment)
 
     def due(self, moment: datetime) -> list[DueLease]:
         """Those due by `moment`, which is at most the moment read for (else read anew)."""
         if moment > self.moment:
-            return DueLeases(moment).due(moment)
+            return self.at(moment).due(moment)
         return [row for row in self.rows() if row.soon_at is not None and row.soon_at <= moment]
 
     def released(self) -> list[DueLease]:
@@ -99,10 +118,10 @@ class DueLeases:
                     "library",
                     "group_slot",
                     "group_name",
+                    "holder",
+                    "expires_at",
+                    "lease_duration_seconds",
                 )
             )
-            found.extend(
-                DueLease(pk, schedule[pk], cluster, namespace, name, kind, library, slot, group)
-                for pk, cluster, namespace, name, kind, library, slot, group in rows
-            )
+            found.extend(DueLease(row[0], schedule[row[0]], *row[1:]) for row in rows)
         return found

@@ -382,28 +382,25 @@ def node_heartbeats_expired(ctx: RuleContext) -> RuleOutcome:
         else ctx.config.grace_seconds
     )
     minimum = ctx.config.threshold or 1
-    clusters = kube_clusters()
+    # The evaluation's due leases hold every column judged here, and the clusters read just
+    # before them: the node leases are not read again (alerts.due_leases).
+    due = ctx.due_leases().at(now - grace)
+    clusters = due.clusters()
     expired: dict[int, list[tuple[str, datetime]]] = defaultdict(list)
-    query = (
-        Lease.objects.live()
-        .filter(expires_at__lte=now - grace)
-        .exclude(holder="")
-        .values_list("cluster_id", "name", "expires_at", "lease_duration_seconds", "lease_class")
-    )
     durations: dict[tuple[int, str], int] = {}
-    node_leases = [
-        due.id
-        for due in ctx.due_leases().due(now - grace)
-        if due.lease_class == LeaseClass.NODE_HEARTBEAT
-    ]
-    for cluster_id, name, expires_at, duration, lease_class in sorted(
-        rows_by_id(query, node_leases), key=lambda row: (row[0], row[1])
-    ):
-        owner = clusters.get(cluster_id)
-        if owner is None or not owner.enabled or lease_class != LeaseClass.NODE_HEARTBEAT:
+    for lease in sorted(due.due(now - grace), key=lambda lease: (lease.cluster_id, lease.name)):
+        owner = clusters.get(lease.cluster_id)
+        if (
+            owner is None
+            or not owner.enabled
+            or lease.lease_class != LeaseClass.NODE_HEARTBEAT
+            or not lease.holder
+            or lease.expires_at is None
+            or lease.expires_at > now - grace
+        ):
             continue
-        expired[cluster_id].append((name, expires_at))
-        durations[(cluster_id, name)] = duration or 0
+        expired[lease.cluster_id].append((lease.name, lease.expires_at))
+        durations[(lease.cluster_id, lease.name)] = lease.lease_duration_seconds or 0
     prefix = reverse("leases:index")
     for cluster_id, all_nodes in expired.items():
         owner = clusters[cluster_id]

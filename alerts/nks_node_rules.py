@@ -194,9 +194,7 @@ def _members(
             )
             lines.extend(
                 line
-                for line in node_lines(
-                    kube, now, candidates, lease_ids=[due_names[name] for name in chunk]
-                )
+                for line in node_lines(kube, now, candidates, lease_ids=due_names)
                 if line.heartbeat_expired
             )
         # By name, as a nodegroup's members are listed.
