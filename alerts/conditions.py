@@ -26,6 +26,7 @@ from typing import Any, Self
 
 from django.utils import translation
 
+from alerts.due_leases import DueLeases
 from alerts.models import Incident, Rule, Severity, render_message
 from dashboard.timefmt import format_duration, iso_utc
 
@@ -163,6 +164,13 @@ class RuleContext:
     config: RuleConfig
     unresolved: dict[str, Incident]
     stale_kube_clusters: set[str] = field(default_factory=set)
+    # Shared by every rule of one evaluation (alerts.due_leases); read anew when not given.
+    due: DueLeases | None = None
+
+    def due_leases(self) -> DueLeases:
+        if self.due is None:
+            self.due = DueLeases(self.now)
+        return self.due
 
     def freeze_clusters(self, outcome: RuleOutcome, clusters: Iterable[str]) -> None:
         """Leave this rule's incidents in these clusters as they are (their data is stale)."""

@@ -31,11 +31,11 @@ from alerts.conditions import (
     item_list,
     time_fact,
 )
-from alerts.lease_rules import CLUSTER_DISABLED, CLUSTER_REMOVED, DUE_CHUNK, kube_clusters
+from alerts.lease_rules import CLUSTER_DISABLED, CLUSTER_REMOVED, kube_clusters
 from alerts.models import Rule
 from dashboard.links import lease_url
-from leases.groups import GroupKey, GroupState, SlotState, group_member_leases, leader_groups
-from leases.models import KubeCluster, LeaderGroup, LeaseDeadline, LeaseTransition
+from leases.groups import GroupKey, GroupState, SlotState, leader_groups
+from leases.models import KubeCluster, LeaderGroup, LeaseTransition
 from leases.presenters.groups import group_url
 
 # How long a fencing_token_reused incident stays open after the last reuse, unless the
@@ -174,23 +174,17 @@ def _unstaffed_candidates(ctx: RuleContext) -> set[GroupKey]:
     A group with no slot held has every slot expired, released or of unknown state. An
     expired slot, or one whose expiry passed after its data's as-of moment, is due by its
     expiry schedule (LeaseDeadline.soon_at <= now); a released one has no schedule (None);
-    a stale cluster's groups are frozen by the cluster, not read. Both are index reads of
-    the narrow schedule, then the slot leases among them by id: a group whose slots renew
-    on time is not read.
+    a stale cluster's groups are frozen by the cluster, not read. Both come from the
+    evaluation's due leases (`alerts.due_leases`, read once by id for every rule): a group
+    whose slots renew on time is not read, not even through the group index.
     """
-    ids = list(
-        LeaseDeadline.objects.filter(soon_at__lte=ctx.now)
-        .order_by("soon_at")  # see alerts.lease_rules.due_lease_ids
-        .values_list("lease_id", flat=True)
-    )
-    ids += LeaseDeadline.objects.filter(soon_at__isnull=True).values_list("lease_id", flat=True)
+    due = ctx.due_leases()
     found = _open_incident_groups(ctx, Rule.LEADER_GROUP_UNSTAFFED)
-    for start in range(0, len(ids), DUE_CHUNK):
-        found.update(
-            group_member_leases()
-            .filter(pk__in=ids[start : start + DUE_CHUNK])
-            .values_list("cluster_id", "namespace", "group_name")
-        )
+    found.update(
+        (lease.cluster_id, lease.namespace, lease.group_name)
+        for lease in [*due.due(ctx.now), *due.released()]
+        if lease.is_slot
+    )
     return found
 
 

@@ -36,6 +36,7 @@ from alerts.conditions import (
     english,
     message_json,
 )
+from alerts.due_leases import DueLeases
 from alerts.events import clip, incident_event
 from alerts.expiry_schedule import schedule_next_evaluation
 from alerts.lease_rules import stale_kube_cluster_names
@@ -141,6 +142,7 @@ def _evaluate_rules(now: datetime) -> EvaluationSummary:
     summary = EvaluationSummary()
     configs = load_rule_configs()
     stale = stale_kube_cluster_names(now)
+    due = DueLeases(now)
     for rule, spec in RULE_SPECS.items():
         config = configs[rule]
         try:
@@ -152,7 +154,7 @@ def _evaluate_rules(now: datetime) -> EvaluationSummary:
                     )
                 }
                 if config.enabled:
-                    outcome = spec.evaluate(RuleContext(now, config, unresolved, stale))
+                    outcome = spec.evaluate(RuleContext(now, config, unresolved, stale, due))
                 else:
                     outcome = RuleOutcome(notes=dict.fromkeys(unresolved, RULE_DISABLED))
                 apply_outcome(rule, config, outcome, unresolved, now, summary)

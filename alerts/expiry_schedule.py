@@ -43,7 +43,8 @@ from django.conf import settings
 from django.core.cache import caches
 from django.utils import timezone
 
-from alerts.lease_rules import LEADER_CLASSES, due_rows
+from alerts.due_leases import DueLeases
+from alerts.lease_rules import LEADER_CLASSES, rows_by_id
 from alerts.models import Incident, Rule
 from alerts.rules import load_rule_configs
 from dashboard.celery import ALERTS_QUEUE
@@ -112,7 +113,13 @@ def _due_or_recheck(
     return None
 
 
-def _leader_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]:
+def _enabled_clusters() -> dict[int, str]:
+    """Enabled clusters' names by id: the due leases are read by id alone and their
+    clusters checked here (alerts.lease_rules.rows_by_id)."""
+    return dict(KubeCluster.objects.filter(enabled=True).values_list("id", "name"))
+
+
+def _leader_dues(now: datetime, horizon: datetime, due: DueLeases) -> list[tuple[datetime, int]]:
     """(due, cluster id) of each held leader lease whose alert becomes due after `now`."""
     config = load_rule_configs()[Rule.LEASE_EXPIRED]
     if not config.enabled:
@@ -122,18 +129,17 @@ def _leader_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]
         fixed_grace = settings.ALERT_LEASE_GRACE_SECONDS
     rows = (
         Lease.objects.live()
-        .filter(
-            lease_class__in=LEADER_CLASSES,
-            cluster__enabled=True,
-            expires_at__isnull=False,
-            expires_at__lte=horizon,
-        )
+        .filter(expires_at__isnull=False, expires_at__lte=horizon)
         .exclude(holder="")
-        .values_list("cluster_id", "expires_at", "lease_duration_seconds")
+        .values_list("cluster_id", "expires_at", "lease_duration_seconds", "lease_class")
     )
     dues: list[tuple[datetime, int]] = []
     as_of = _as_of_by_cluster(now)
-    for cluster_id, expires_at, duration in due_rows(horizon, rows):
+    enabled = _enabled_clusters()
+    leaders = [lease.id for lease in due.due(horizon) if lease.lease_class in LEADER_CLASSES]
+    for cluster_id, expires_at, duration, lease_class in rows_by_id(rows, leaders):
+        if cluster_id not in enabled or lease_class not in LEADER_CLASSES:
+            continue
         grace = (duration or 0) if fixed_grace is None else fixed_grace
         moment = _due_or_recheck(
             expires_at + timedelta(seconds=grace), duration or 0, cluster_id, now, horizon, as_of
@@ -143,7 +149,7 @@ def _leader_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]
     return dues
 
 
-def _node_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]:
+def _node_dues(now: datetime, horizon: datetime, due: DueLeases) -> list[tuple[datetime, int]]:
     """(due, cluster id) of each cluster whose node-heartbeat incident opens after `now`.
 
     That incident is one per cluster and opens once ``threshold`` node leases are expired
@@ -163,28 +169,34 @@ def _node_dues(now: datetime, horizon: datetime) -> list[tuple[datetime, int]]:
         else config.grace_seconds
     )
     minimum = config.threshold or 1
-    open_clusters = Incident.objects.filter(
-        rule=Rule.NODE_HEARTBEATS_EXPIRED, resolved_at__isnull=True
-    ).values("cluster")
+    open_clusters = set(
+        Incident.objects.filter(
+            rule=Rule.NODE_HEARTBEATS_EXPIRED, resolved_at__isnull=True
+        ).values_list("cluster", flat=True)
+    )
+    judged = {
+        cluster_id for cluster_id, name in _enabled_clusters().items() if name not in open_clusters
+    }
     rows = (
         Lease.objects.live()
-        .filter(
-            lease_class=LeaseClass.NODE_HEARTBEAT,
-            cluster__enabled=True,
-            expires_at__isnull=False,
-            expires_at__lte=horizon - grace,
-        )
+        .filter(expires_at__isnull=False, expires_at__lte=horizon - grace)
         .exclude(holder="")
-        .exclude(cluster__name__in=open_clusters)
-        .values_list("cluster_id", "expires_at", "lease_duration_seconds")
+        .values_list("cluster_id", "expires_at", "lease_duration_seconds", "lease_class")
     )
     seen: dict[int, int] = {}
     dues: list[tuple[datetime, int]] = []
     as_of = _as_of_by_cluster(now)
+    nodes = [
+        lease.id
+        for lease in due.due(horizon - grace)
+        if lease.lease_class == LeaseClass.NODE_HEARTBEAT and lease.cluster_id in judged
+    ]
     # By cluster, earliest expiry first: the threshold-th of each cluster is the one due.
-    for cluster_id, expires_at, duration in sorted(
-        due_rows(horizon - grace, rows), key=lambda row: (row[0], row[1])
+    for cluster_id, expires_at, duration, lease_class in sorted(
+        rows_by_id(rows, nodes), key=lambda row: (row[0], row[1])
     ):
+        if cluster_id not in judged or lease_class != LeaseClass.NODE_HEARTBEAT:
+            continue
         seen[cluster_id] = seen.get(cluster_id, 0) + 1
         # The threshold-th opens the incident; the ones after it may join it in the same
         # evaluation (next_lease_due coalesces a cluster's dues).
@@ -201,7 +213,9 @@ def next_lease_due(now: datetime) -> datetime | None:
     due (a held leader lease's, or a cluster's node heartbeats'), or the last of its cluster's
     that follow it within COALESCE_SECONDS."""
     horizon = now + timedelta(seconds=LOOKAHEAD_TICKS * settings.ALERT_EVAL_SECONDS)
-    dues = _leader_dues(now, horizon) + _node_dues(now, horizon)
+    # One read of the leases due by the horizon for both (alerts.due_leases).
+    due = DueLeases(horizon)
+    dues = _leader_dues(now, horizon, due) + _node_dues(now, horizon, due)
     if not dues:
         return None
     first, cluster_id = min(dues)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils.translation import gettext_noop
 
@@ -25,12 +26,13 @@ from alerts.conditions import (
     item_list,
     time_fact,
 )
+from alerts.due_leases import DUE_CHUNK
 from alerts.models import AlertRule, Rule
 from dashboard.flapping import FlapPolicy
 from dashboard.links import lease_url
 from leases.flapping import change_counts
 from leases.freshness import stale_after
-from leases.models import KubeCluster, Lease, LeaseClass, LeaseDeadline
+from leases.models import KubeCluster, Lease, LeaseClass
 
 # Lease classes whose expiry means a leader is gone. API server identity leases expire
 # whenever an API server is replaced, which is routine.
@@ -43,33 +45,14 @@ CLUSTER_DISABLED = Message.gettext_noop(
 )
 
 
-# Leases read per query by `due_rows`: a mass expiry (a zone's 5,000 nodes) costs a few
-# queries, and SQLite's limit on a statement's parameters is never reached.
-DUE_CHUNK = 2000
+def rows_by_id(rows: QuerySet[Lease, Any], ids: Sequence[int]) -> list[Any]:
+    """`rows` narrowed to the leases `ids`, read by primary key a chunk at a time.
 
-
-def due_lease_ids(moment: datetime) -> list[int]:
-    """The leases whose expiry schedule has come by `moment` (LeaseDeadline.soon_at): every
-    lease with a holder that expires at or before `moment` is among them (its soon_at is at
-    least EXPIRING_SOON before its expiry), and a renewing one is not. An index range read:
-    what an evaluation reads does not grow with healthy leases.
-
-    Ordered by soon_at on purpose. Every renewal moves the column forward, so PostgreSQL's
-    statistics of it are always behind: between two ANALYZEs every soon_at looks past, the
-    planner expects every row to match and, unordered, scans the table. In index order the
-    index is the cheaper plan, and it reads only the rows that match.
-    """
-    return list(
-        LeaseDeadline.objects.filter(soon_at__lte=moment)
-        .order_by("soon_at")
-        .values_list("lease_id", flat=True)
-    )
-
-
-def due_rows(moment: datetime, rows: QuerySet[Lease, Any]) -> list[Any]:
-    """`rows` (a lease query with its filters) narrowed to the leases due by `moment`
-    (`due_lease_ids`), read by primary key a chunk at a time; in no particular order."""
-    ids = due_lease_ids(moment)
+    Give `rows` no condition that an index of the lease table serves (class, cluster,
+    namespace, group): the planner may then find the rows that way instead, a cheaper plan
+    for it whenever the ids are many against those rows, and read every healthy lease of the
+    class or cluster to filter them out. Check those in Python. By primary key alone, it
+    reads the leases named and no other."""
     found: list[Any] = []
     for start in range(0, len(ids), DUE_CHUNK):
         found.extend(rows.filter(pk__in=ids[start : start + DUE_CHUNK]))
@@ -145,7 +128,7 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
     prefix = reverse("leases:index")
     query = (
         Lease.objects.live()
-        .filter(lease_class__in=LEADER_CLASSES, cluster__enabled=True, expires_at__lte=now)
+        .filter(expires_at__lte=now)
         .exclude(holder="")
         .values(
             "cluster_id",
@@ -160,8 +143,12 @@ def lease_expired(ctx: RuleContext) -> RuleOutcome:
             "lease_class",
         )
     )
-    for row in due_rows(now, query):
-        owner = clusters[row["cluster_id"]]
+    # The due leaders alone: the evaluation's due leases say which (alerts.due_leases).
+    leaders = [due.id for due in ctx.due_leases().due(now) if due.lease_class in LEADER_CLASSES]
+    for row in rows_by_id(query, leaders):
+        owner = clusters.get(row["cluster_id"])
+        if owner is None or not owner.enabled or row["lease_class"] not in LEADER_CLASSES:
+            continue
         cluster = owner.name
         if cluster in ctx.stale_kube_clusters:
             continue
@@ -262,6 +249,42 @@ def lease_flapping_policy_query() -> tuple[str, tuple[object, ...]]:
     return sql, tuple(params)
 
 
+_FLAP_FIELDS = ("id", "cluster_id", "namespace", "name", "holder", "identity", "token")
+
+
+def _flapping_candidates(
+    ctx: RuleContext,
+    changes: dict[int, dict[str, Any]],
+    policy: FlapPolicy,
+    clusters: dict[int, KubeCluster],
+) -> list[dict[str, Any]]:
+    """The leases `lease_flapping` judges: those with `policy.changes` or more holder changes
+    in the window, and those of its open incidents that still had a change in it (the
+    hysteresis). A lease that changed hands once or twice, a routine handover, is not read:
+    what an evaluation reads does not grow with healthy elections."""
+    live = Lease.objects.live().filter(cluster__enabled=True)
+    flapping = [lease_id for lease_id, row in changes.items() if policy.is_flapping(row["changes"])]
+    found = list(live.filter(pk__in=flapping).values(*_FLAP_FIELDS))
+    names = {cluster.name: pk for pk, cluster in clusters.items()}
+    seen = {(lease["cluster_id"], lease["namespace"], lease["name"]) for lease in found}
+    # The open incidents not among them, by natural key (the unique index): one OR term per
+    # cluster and namespace, however many incidents.
+    wanted: dict[tuple[int, str], list[str]] = defaultdict(list)
+    for key, incident in ctx.unresolved.items():
+        cluster_id = names.get(incident.cluster)
+        namespace, name = _lease_parts(key)
+        if cluster_id is not None and (cluster_id, namespace, name) not in seen:
+            wanted[(cluster_id, namespace)].append(name)
+    if wanted:
+        where = Q(pk__isnull=True)  # never true: the OR's identity
+        for (cluster_id, namespace), lease_names in wanted.items():
+            where |= Q(cluster_id=cluster_id, namespace=namespace, name__in=lease_names)
+        found += [
+            lease for lease in live.filter(where).values(*_FLAP_FIELDS) if lease["id"] in changes
+        ]
+    return found
+
+
 def lease_flapping(ctx: RuleContext) -> RuleOutcome:
     """``threshold`` or more holder changes within ``window_seconds``: one incident per lease.
 
@@ -282,13 +305,8 @@ def lease_flapping(ctx: RuleContext) -> RuleOutcome:
         # primary key: joined in one statement, the planner may scan every lease to hash it.
         for row in change_counts(now, policy)
     }
-    leases = (
-        Lease.objects.live()
-        .filter(pk__in=list(changes), cluster__enabled=True)
-        .values("id", "cluster_id", "namespace", "name", "holder", "identity", "token")
-    )
     prefix = reverse("leases:index")
-    for lease in leases:
+    for lease in _flapping_candidates(ctx, changes, policy, clusters):
         cluster = clusters[lease["cluster_id"]].name
         if cluster in ctx.stale_kube_clusters:
             continue
@@ -364,24 +382,25 @@ def node_heartbeats_expired(ctx: RuleContext) -> RuleOutcome:
         else ctx.config.grace_seconds
     )
     minimum = ctx.config.threshold or 1
-    clusters = kube_clusters()
+    # The evaluation's due leases hold every column judged here, and the clusters read just
+    # before them: the node leases are not read again (alerts.due_leases).
+    due = ctx.due_leases().at(now - grace)
+    clusters = due.clusters()
     expired: dict[int, list[tuple[str, datetime]]] = defaultdict(list)
-    query = (
-        Lease.objects.live()
-        .filter(
-            lease_class=LeaseClass.NODE_HEARTBEAT,
-            cluster__enabled=True,
-            expires_at__lte=now - grace,
-        )
-        .exclude(holder="")
-        .values_list("cluster_id", "name", "expires_at", "lease_duration_seconds")
-    )
     durations: dict[tuple[int, str], int] = {}
-    for cluster_id, name, expires_at, duration in sorted(
-        due_rows(now - grace, query), key=lambda row: (row[0], row[1])
-    ):
-        expired[cluster_id].append((name, expires_at))
-        durations[(cluster_id, name)] = duration or 0
+    for lease in sorted(due.due(now - grace), key=lambda lease: (lease.cluster_id, lease.name)):
+        owner = clusters.get(lease.cluster_id)
+        if (
+            owner is None
+            or not owner.enabled
+            or lease.lease_class != LeaseClass.NODE_HEARTBEAT
+            or not lease.holder
+            or lease.expires_at is None
+            or lease.expires_at > now - grace
+        ):
+            continue
+        expired[lease.cluster_id].append((lease.name, lease.expires_at))
+        durations[(lease.cluster_id, lease.name)] = lease.lease_duration_seconds or 0
     prefix = reverse("leases:index")
     for cluster_id, all_nodes in expired.items():
         owner = clusters[cluster_id]

@@ -26,10 +26,10 @@ from alerts.conditions import (
     item_list,
     time_fact,
 )
-from alerts.lease_rules import DUE_CHUNK, due_rows
+from alerts.due_leases import DUE_CHUNK, DueLeases
 from alerts.models import Rule
 from alerts.nks_scope import cluster_fact, group_of, judged_nodegroups, nks_link, rule_grace
-from leases.models import ConditionStatus, KubeCluster, Lease, Node
+from leases.models import ConditionStatus, KubeCluster, Node
 from leases.presenters.node_detail import node_watch_problem
 from nks.models import NksNodegroup
 from nks.node_picture import NODE_LEASE_NAMESPACE, NodeLine, counted_cross_check, node_lines
@@ -54,7 +54,7 @@ def nodegroup_mismatch(ctx: RuleContext) -> RuleOutcome:
     unjudged: set[str] = set()
     workers = list(judged_nodegroups(Rule.NODEGROUP_MISMATCH, now, unjudged, workers_only=True))
     sources = _lease_sources(nodegroup for nodegroup, _ in workers)
-    members = _members(sources, workers, now)
+    members = _members(sources, workers, now, ctx.due_leases())
     problems = {pk: node_watch_problem(kube, now) for pk, kube in _watched(sources).items()}
     for nodegroup, key in workers:
         cluster = nodegroup.cluster
@@ -149,12 +149,13 @@ def _members(
     sources: dict[int, KubeCluster | None],
     workers: list[tuple[NksNodegroup, str]],
     now: datetime,
+    ctx_due: DueLeases,
 ) -> dict[tuple[int, str], _Members]:
     """(Lease source id, nodegroup label) -> its members, as `nks.node_picture.cross_check`
     counts them from every member's NodeLine, without reading every member.
 
     One grouped count of the present Nodes, and the heartbeat Leases whose expiry schedule
-    has come (`alerts.lease_rules.due_rows`, an index range read): only their Nodes are read
+    has come (`alerts.due_leases`, read once for the evaluation): only their Nodes are read
     as NodeLines, where `node_lines` judges each heartbeat as the nodegroup page does. What an
     evaluation holds in Python does not grow with healthy Nodes, nor do the Leases it reads.
     """
@@ -175,28 +176,26 @@ def _members(
         counted.nodes = row["nodes"]
         # Stale Node data says nothing of Ready now: node_lines reads every one as unknown.
         counted.ready = 0 if watched[row["cluster_id"]].nodes_stale(now) else row["ready"]
-    due = due_rows(
-        now,
-        Lease.objects.live()
-        .filter(cluster_id__in=sorted(watched), namespace=NODE_LEASE_NAMESPACE)
-        .exclude(holder="")
-        .values_list("cluster_id", "name"),
-    )
-    names: dict[int, list[str]] = defaultdict(list)
-    for cluster_id, name in due:
-        names[cluster_id].append(name)
+    # Candidates only (node_lines reads each one's Lease again, and judges it): the
+    # evaluation's due leases, read once for every rule (alerts.due_leases).
+    names: dict[int, dict[str, int]] = defaultdict(dict)
+    for due in ctx_due.due(now):
+        if due.cluster_id in watched and due.namespace == NODE_LEASE_NAMESPACE:
+            names[due.cluster_id][due.name] = due.id
     for cluster_id, due_names in sorted(names.items()):
         kube = watched[cluster_id]
         lines: list[NodeLine] = []
-        # A chunk at a time, as due_rows reads: a zone's 5,000 silent nodes are a few queries.
-        for start in range(0, len(due_names), DUE_CHUNK):
+        chunked = list(due_names)
+        # A chunk at a time, as DueLeases reads: a zone's 5,000 silent nodes are a few queries.
+        for start in range(0, len(chunked), DUE_CHUNK):
+            chunk = chunked[start : start + DUE_CHUNK]
             candidates = Node.objects.present().filter(
-                cluster=kube,
-                name__in=due_names[start : start + DUE_CHUNK],
-                nodegroup_label__in=labels,
+                cluster=kube, name__in=chunk, nodegroup_label__in=labels
             )
             lines.extend(
-                line for line in node_lines(kube, now, candidates) if line.heartbeat_expired
+                line
+                for line in node_lines(kube, now, candidates, lease_ids=due_names)
+                if line.heartbeat_expired
             )
         # By name, as a nodegroup's members are listed.
         for line in sorted(lines, key=lambda line: line.name):
