@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils.translation import gettext, ngettext
 
@@ -24,6 +24,7 @@ from leases.models import (
     ConditionStatus,
     KubeCluster,
     Lease,
+    LeaseDeadline,
     LeaseState,
     Node,
     lease_state,
@@ -399,3 +400,190 @@ def removed_nodes(nodegroup: NksNodegroup, uuids: Sequence[str]) -> list[Removed
             )
         )
     return result
+
+
+# --- Bounded reads for the pages ---------------------------------------------------------------
+#
+# A nodegroup of a 5,000-node cluster has hundreds of members: the cluster page's cross-checks
+# and the nodegroup page's table read counts in SQL and NodeLines only for the Nodes they name
+# (those whose heartbeat Lease is due, and a page of the table), never one NodeLine per member.
+
+# Leases read by primary key at a time (as alerts.lease_rules reads its due leases).
+_DUE_CHUNK = 2000
+
+
+def _due_heartbeat_names(kube_cluster: KubeCluster, now: datetime) -> list[str]:
+    """The names of the cluster's held node heartbeat Leases whose expiry schedule has come by
+    `now` (LeaseDeadline.soon_at, an index range read): every expired one is among them, and a
+    renewing one is not, so what is read does not grow with healthy nodes."""
+    ids = list(
+        LeaseDeadline.objects.filter(soon_at__lte=now)
+        # Ordered by soon_at: in index order, whatever the column's statistics say (see
+        # alerts.lease_rules.due_lease_ids).
+        .order_by("soon_at")
+        .values_list("lease_id", flat=True)
+    )
+    names: list[str] = []
+    for start in range(0, len(ids), _DUE_CHUNK):
+        names.extend(
+            Lease.objects.live()
+            .filter(
+                pk__in=ids[start : start + _DUE_CHUNK],
+                cluster=kube_cluster,
+                namespace=NODE_LEASE_NAMESPACE,
+            )
+            .exclude(holder="")
+            .values_list("name", flat=True)
+        )
+    return names
+
+
+def _expired_members(
+    kube_cluster: KubeCluster, now: datetime, labels: Sequence[str], due: Sequence[str]
+) -> list[NodeLine]:
+    """The present Nodes labelled with one of `labels` among the `due` names whose heartbeat
+    Lease expired, by name (as a nodegroup's members are listed)."""
+    lines: list[NodeLine] = []
+    for start in range(0, len(due), _DUE_CHUNK):
+        candidates = Node.objects.present().filter(
+            cluster=kube_cluster,
+            name__in=due[start : start + _DUE_CHUNK],
+            nodegroup_label__in=labels,
+        )
+        lines.extend(
+            line for line in node_lines(kube_cluster, now, candidates) if line.heartbeat_expired
+        )
+    return sorted(lines, key=lambda line: line.name)
+
+
+def counted_cluster_cross_checks(cluster: NksCluster, now: datetime) -> list[CrossCheck]:
+    """`cluster_cross_checks` counted in SQL: one grouped count of the present member Nodes,
+    NodeLines only for members whose heartbeat Lease is due. The same checks, in as many
+    queries and NodeLines for a 5,000-node cluster as for a 20-node one."""
+    kube_cluster = linked_kube_cluster(cluster)
+    if kube_cluster is None:
+        return []
+    groups = sorted(
+        (group for group in cluster.nodegroups.all() if group.gone_at is None and group.is_worker),
+        key=lambda group: natural_key(group.name),
+    )
+    if not groups:
+        return []
+    labels = [group.name for group in groups]
+    counted = {
+        row["nodegroup_label"]: row
+        for row in Node.objects.present()
+        .filter(cluster=kube_cluster, nodegroup_label__in=labels)
+        .values("nodegroup_label")
+        .annotate(nodes=Count("id"), ready=Count("id", filter=Q(ready=ConditionStatus.TRUE)))
+        .order_by()
+    }
+    # Stale Node data says nothing of Ready now: node_lines reads every one as unknown.
+    stale = kube_cluster.nodes_stale(now)
+    expired = _expired_members(kube_cluster, now, labels, _due_heartbeat_names(kube_cluster, now))
+    problem = node_watch_problem(kube_cluster, now)
+    checks = []
+    for group in groups:
+        group.cluster = cluster  # already loaded, with its account and Lease source
+        row = counted.get(group.name, {})
+        checks.append(
+            counted_cross_check(
+                group,
+                watch_problem=problem,
+                node_objects=row.get("nodes", 0),
+                nodes_ready=0 if stale else row.get("ready", 0),
+                expired=[line for line in expired if line.nodegroup == group.name],
+                now=now,
+            )
+        )
+    return checks
+
+
+@dataclass(slots=True)
+class NodegroupNodePage:
+    """A page of a nodegroup's Nodes (those needing a look first), with the counts of all of
+    them and the cross-check, read without a NodeLine per member."""
+
+    kube_cluster: KubeCluster
+    # At most `limit` each, in the order the table shows them.
+    members: list[NodeLine]
+    unlabelled: list[NodeLine]
+    members_total: int
+    unlabelled_total: int
+    check: CrossCheck
+    watch_problem: str
+
+
+def _page_names(
+    rows: Sequence[tuple[str, str, bool]], expired: set[str], stale: bool, limit: int
+) -> list[str]:
+    """The names `node_rows` would show of these (name, ready, cordoned) rows: all of them in
+    natural order, or with more than `limit` the first `limit` of those needing a look first
+    (NotReady, heartbeat expired, cordoned), each part in natural name order."""
+    ordered = sorted(rows, key=lambda row: natural_key(row[0]))
+    if len(ordered) > limit:
+
+        def healthy(row: tuple[str, str, bool]) -> bool:
+            name, ready, cordoned = row
+            return (
+                ready == ConditionStatus.TRUE and not stale and name not in expired and not cordoned
+            )
+
+        ordered = sorted(ordered, key=healthy)[:limit]
+    return [name for name, _, _ in ordered]
+
+
+def _lines_named(kube_cluster: KubeCluster, now: datetime, names: list[str]) -> list[NodeLine]:
+    return node_lines(
+        kube_cluster, now, Node.objects.present().filter(cluster=kube_cluster, name__in=names)
+    )
+
+
+def nodegroup_node_page(
+    nodegroup: NksNodegroup, now: datetime, limit: int
+) -> NodegroupNodePage | None:
+    """The nodegroup's Nodes as its page's table and cross-check show them, bounded: a narrow
+    read of the members' names and states (Node has no natural-order key to page on in SQL),
+    NodeLines only for the `limit` shown and the members whose heartbeat Lease is due. None
+    when the cluster is not watched. `nodegroup.cluster` (with its account) must be loaded."""
+    kube_cluster = linked_kube_cluster(nodegroup.cluster)
+    if kube_cluster is None:
+        return None
+    present = Node.objects.present().filter(cluster=kube_cluster)
+    fields = ("name", "ready", "unschedulable")
+    members = list(present.in_nodegroup(nodegroup.name).values_list(*fields))
+    unlabelled = list(present.filter(nodegroup_label="").values_list(*fields))
+    due = _due_heartbeat_names(kube_cluster, now)
+    expired = _expired_members(kube_cluster, now, [nodegroup.name], due)
+    # Unlabelled Nodes are never counted in the check; their expired heartbeats only rank them.
+    due_unlabelled = {line.name for line in _expired_members(kube_cluster, now, [""], due)}
+    stale = kube_cluster.nodes_stale(now)
+    problem = node_watch_problem(kube_cluster, now)
+    shown = _page_names(members, {line.name for line in expired}, stale, limit)
+    shown_unlabelled = _page_names(unlabelled, due_unlabelled, stale, limit)
+    lines = {
+        line.name: line
+        for line in (
+            _lines_named(kube_cluster, now, shown + shown_unlabelled)
+            if shown or shown_unlabelled
+            else []
+        )
+    }
+    return NodegroupNodePage(
+        kube_cluster=kube_cluster,
+        members=[lines[name] for name in shown if name in lines],
+        unlabelled=[lines[name] for name in shown_unlabelled if name in lines],
+        members_total=len(members),
+        unlabelled_total=len(unlabelled),
+        check=counted_cross_check(
+            nodegroup,
+            watch_problem=problem,
+            node_objects=len(members),
+            nodes_ready=0
+            if stale
+            else sum(1 for _, ready, _ in members if ready == ConditionStatus.TRUE),
+            expired=expired,
+            now=now,
+        ),
+        watch_problem=problem,
+    )

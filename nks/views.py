@@ -20,12 +20,13 @@ from dashboard.htmx import render_page
 from dashboard.services import can_change_clusters
 from nks.forms import ResizeFilterForm, ResizeForm, ResizeTargetForm
 from nks.models import NksNodegroup, ResizeRequest
-from nks.node_picture import NodegroupNodes, nodegroup_nodes
+from nks.node_picture import NodegroupNodePage, NodegroupNodes, nodegroup_node_page, nodegroup_nodes
 from nks.presenters.cluster_detail import cluster_detail
 from nks.presenters.clusters import clusters_page, poll_interval_text
 from nks.presenters.nodegroup_detail import (
     ALL_NODES,
     ALL_NODES_PARAMETER,
+    NODES_SHOWN,
     latest_resize_row,
     nodegroup_detail,
     progress_version,
@@ -122,7 +123,7 @@ def _render_nodegroup(
     nodegroup: NksNodegroup,
     form: ResizeForm | None,
     *,
-    nodes: NodegroupNodes | None,
+    nodes: NodegroupNodes | NodegroupNodePage | None,
     conflict: ResizeRequest | None = None,
 ) -> HttpResponse:
     now = timezone.now()
@@ -171,10 +172,19 @@ def nodegroup_page(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
         # Nothing changed: no content, which htmx leaves unswapped, so the live region
         # around the box is not re-read every 2 s.
         return HttpResponse(status=204)
-    nodes = nodegroup_nodes(nodegroup, timezone.now()) if wants_nodes else None
     form = None
     conflict = None
-    if can_change_clusters(request.user) and not request.htmx:
+    with_form = can_change_clusters(request.user) and not request.htmx
+    if not wants_nodes:
+        return _render_nodegroup(request, nodegroup, form, nodes=None)
+    if not with_form and request.GET.get(ALL_NODES_PARAMETER) != ALL_NODES:
+        # The table's page and the counts only: the regions' refreshes, and readers without
+        # the form, read no NodeLine per member of a 500-node nodegroup.
+        page = nodegroup_node_page(nodegroup, timezone.now(), NODES_SHOWN)
+        return _render_nodegroup(request, nodegroup, form, nodes=page)
+    # The resize form offers every removable node, and ?nodes=all shows every one.
+    nodes = nodegroup_nodes(nodegroup, timezone.now())
+    if with_form:
         # Back from a refused resize: the form as typed, with the errors it has now.
         refused = refused_resize_form(
             request.session, request.GET.get(REFUSED_QUERY_PARAMETER), nodegroup, nodes
