@@ -36,6 +36,27 @@ def node_label(node: NodeLine) -> str:
     return f"{node.name}{state} · {node.instance.uuid}"
 
 
+# The page's checkboxes offer this many removable nodes, best candidates first, and more only
+# when a scale-in pre-selects more; any other removable node is typed by name or instance UUID
+# in the text input beside them (`NodeChoices`). A 500-node nodegroup's page lists 25, not 500.
+NODES_OFFERED = 25
+# The text input's name: nodes_to_remove's own, and this.
+TYPED_NODES_SUFFIX = "_more"
+
+
+class NodeChoices(forms.CheckboxSelectMultiple):
+    """Checkboxes for the nodes offered, and the text input ``<name>_more`` for any other:
+    the field's value is both, one list, validated by the field against every removable node
+    of the nodegroup (names and UUIDs), as a crafted POST or an API body is."""
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+        chosen = super().value_from_datadict(data, files, name)
+        typed = data.get(f"{name}{TYPED_NODES_SUFFIX}")
+        if not isinstance(typed, str) or not typed.strip():
+            return chosen
+        return [*(chosen or []), *typed.replace(",", " ").split()]
+
+
 class NodeChoiceField(forms.MultipleChoiceField):
     """Nodes to remove by instance UUID; a node's name is taken too (the API accepts both).
 
@@ -120,7 +141,7 @@ class ResizeForm(forms.Form):
     nodes_to_remove = NodeChoiceField(
         label=_("Nodes to remove"),
         required=False,
-        widget=forms.CheckboxSelectMultiple,
+        widget=NodeChoices,
         help_text=_(
             "When scaling in, choose exactly the nodes to remove; otherwise NKS picks random ones."
         ),
@@ -161,7 +182,6 @@ class ResizeForm(forms.Form):
         ]
         field = self.fields["nodes_to_remove"]
         assert isinstance(field, NodeChoiceField)
-        field.choices = [(node.instance.uuid, node_label(node)) for node in self.removable]
         field.nodegroup_name = nodegroup.name
         field.watched = nodes is not None
         for node in self.removable:
@@ -186,6 +206,47 @@ class ResizeForm(forms.Form):
             self.initial.setdefault("nodes_to_remove", self.suggested(removing))
         if not require_confirmation:
             del self.fields["confirm_name"]
+        # Checkboxes for a bounded list: what `_offered` picks; the others are typed.
+        self.offered = self._offered(field)
+        field.choices = [(node.instance.uuid, node_label(node)) for node in self.offered]
+
+    def _offered(self, field: NodeChoiceField) -> list[NodeLine]:
+        """The removable nodes the page lists as checkboxes: the first NODES_OFFERED in
+        removal order, every one pre-selected, and (bound) every removable one chosen."""
+        if not self.is_bound:
+            ticked = set(self.initial.get("nodes_to_remove") or [])
+            return [
+                node
+                for index, node in enumerate(self.removable)
+                if index < NODES_OFFERED or node.instance.uuid in ticked
+            ]
+        given = field.widget.value_from_datadict(
+            self.data, self.files, self.add_prefix("nodes_to_remove")
+        )
+        chosen = {field.aliases.get(str(item)) for item in (given or [])}
+        return [
+            node
+            for index, node in enumerate(self.removable)
+            if index < NODES_OFFERED or node.instance.uuid in chosen
+        ]
+
+    @property
+    def unlisted(self) -> int:
+        """Removable nodes the checkboxes do not list (typed by name or UUID instead)."""
+        return len(self.removable) - len(self.offered)
+
+    @property
+    def typed_nodes(self) -> str:
+        """What a bound form's text input shows again: the chosen items no checkbox shows
+        ticked (a checkbox ticks its UUID only), so sending it again repeats no node."""
+        if not self.is_bound:
+            return ""
+        field = self.fields["nodes_to_remove"]
+        given = field.widget.value_from_datadict(
+            self.data, self.files, self.add_prefix("nodes_to_remove")
+        )
+        offered = {node.instance.uuid for node in self.offered}
+        return " ".join(str(item) for item in (given or []) if str(item) not in offered)
 
     def suggested(self, removing: int | None) -> list[str]:
         """The nodes to tick: NotReady, then silent heartbeats, then cordoned ones; as many as
