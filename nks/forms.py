@@ -17,7 +17,7 @@ from dashboard.forms import write_only_secret
 from dashboard.natural import natural_key
 from leases.models import NODEGROUP_LABEL
 from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeRequest, ResizeState
-from nks.node_picture import NodegroupNodes, NodeLine
+from nks.node_picture import NodegroupNodePage, NodegroupNodes, NodeLine
 
 
 def node_label(node: NodeLine) -> str:
@@ -163,7 +163,7 @@ class ResizeForm(forms.Form):
         self,
         *args: Any,
         nodegroup: NksNodegroup,
-        nodes: NodegroupNodes | None,
+        nodes: NodegroupNodes | NodegroupNodePage | None,
         require_confirmation: bool = True,
         target: int | None = None,
         **kwargs: Any,
@@ -173,12 +173,22 @@ class ResizeForm(forms.Form):
         self.nodes = nodes
         self.require_confirmation = require_confirmation
         self.max_nodes = settings.NKS_MAX_NODES_PER_NODEGROUP
-        self.removable: list[NodeLine] = nodes.removal_order() if nodes else []
+        if isinstance(nodes, NodegroupNodePage):
+            # The page's unbound form: the first removable nodes, read as a page. A bound
+            # form is validated against every member (NodegroupNodes), never against a page.
+            assert not self.is_bound, "a resize is validated against every member"
+            self.removable: list[NodeLine] = nodes.removal
+            self.removable_total = nodes.removable_total
+            unchoosable = nodes.unchoosable
+        else:
+            self.removable = nodes.removal_order() if nodes else []
+            self.removable_total = len(self.removable)
+            unchoosable = [
+                node for node in (nodes.members if nodes else []) if not node.instance.ok
+            ]
         # Members the form shows but cannot offer, with why (no parsable providerID).
         self.unchoosable: list[tuple[NodeLine, str]] = [
-            (node, node.instance.problem)
-            for node in (nodes.members if nodes else [])
-            if not node.instance.ok
+            (node, node.instance.problem) for node in unchoosable
         ]
         field = self.fields["nodes_to_remove"]
         assert isinstance(field, NodeChoiceField)
@@ -233,7 +243,7 @@ class ResizeForm(forms.Form):
     @property
     def unlisted(self) -> int:
         """Removable nodes the checkboxes do not list (typed by name or UUID instead)."""
-        return len(self.removable) - len(self.offered)
+        return self.removable_total - len(self.offered)
 
     @property
     def typed_nodes(self) -> str:
@@ -250,9 +260,10 @@ class ResizeForm(forms.Form):
 
     def suggested(self, removing: int | None) -> list[str]:
         """The nodes to tick: NotReady, then silent heartbeats, then cordoned ones; as many as
-        a scale-in by ``removing`` takes (all such nodes while the target is not known)."""
+        a scale-in by ``removing`` takes (while the target is not known, such nodes up to
+        NODES_OFFERED: when a stale Node watch makes every Ready unknown, not all 500)."""
         troubled = [node.instance.uuid or "" for node in self.removable if node.removal_rank < 3]
-        return troubled if removing is None else troubled[:removing]
+        return troubled[:NODES_OFFERED] if removing is None else troubled[:removing]
 
     def refusal(self) -> str | None:
         """Why no resize can be asked for right now, whatever the numbers."""

@@ -502,7 +502,8 @@ def counted_cluster_cross_checks(cluster: NksCluster, now: datetime) -> list[Cro
 @dataclass(slots=True)
 class NodegroupNodePage:
     """A page of a nodegroup's Nodes (those needing a look first), with the counts of all of
-    them and the cross-check, read without a NodeLine per member."""
+    them and the cross-check, read without a NodeLine per member; and the resize form's first
+    removable members in removal order (``NodegroupNodes.removal_order``)."""
 
     kube_cluster: KubeCluster
     # At most `limit` each, in the order the table shows them.
@@ -512,25 +513,44 @@ class NodegroupNodePage:
     unlabelled_total: int
     check: CrossCheck
     watch_problem: str
+    # At most `offered`, best candidates first; how many members can be named in all; the
+    # members that cannot be (no parsable providerID).
+    removal: list[NodeLine] = field(default_factory=list)
+    removable_total: int = 0
+    unchoosable: list[NodeLine] = field(default_factory=list)
 
 
-def _page_names(
-    rows: Sequence[tuple[str, str, bool]], expired: set[str], stale: bool, limit: int
-) -> list[str]:
-    """The names `node_rows` would show of these (name, ready, cordoned) rows: all of them in
-    natural order, or with more than `limit` the first `limit` of those needing a look first
-    (NotReady, heartbeat expired, cordoned), each part in natural name order."""
-    ordered = sorted(rows, key=lambda row: natural_key(row[0]))
+# What the narrow read takes of each member: name, Ready, cordoned, providerID.
+_Narrow = tuple[str, str, bool, str]
+
+
+def _page_names(rows: Sequence[_Narrow], troubled: set[str], limit: int) -> list[str]:
+    """The names `node_rows` would show of these rows: all of them in natural order, or with
+    more than `limit` the first `limit` of the `troubled` ones (NotReady, heartbeat expired,
+    cordoned), then of the others, each part in natural name order."""
+    ordered = sorted((row[0] for row in rows), key=natural_key)
     if len(ordered) > limit:
+        ordered = sorted(ordered, key=lambda name: name not in troubled)[:limit]
+    return ordered
 
-        def healthy(row: tuple[str, str, bool]) -> bool:
-            name, ready, cordoned = row
-            return (
-                ready == ConditionStatus.TRUE and not stale and name not in expired and not cordoned
-            )
 
-        ordered = sorted(ordered, key=healthy)[:limit]
-    return [name for name, _, _ in ordered]
+def _removal_names(
+    rows: Sequence[_Narrow], expired: set[str], stale: bool, limit: int
+) -> tuple[list[str], int]:
+    """The first `limit` members `NodegroupNodes.removal_order` gives (instance UUID known;
+    NotReady, silent, cordoned, the rest, each in natural name order), and how many it has."""
+
+    def rank(row: _Narrow) -> int:
+        name, ready, cordoned, _ = row
+        if ready != ConditionStatus.TRUE or stale:
+            return 0
+        if name in expired:
+            return 1
+        return 2 if cordoned else 3
+
+    choosable = [row for row in rows if instance_uuid(row[3]).ok]
+    ordered = sorted(choosable, key=lambda row: (rank(row), natural_key(row[0])))
+    return [row[0] for row in ordered[:limit]], len(choosable)
 
 
 def _lines_named(kube_cluster: KubeCluster, now: datetime, names: list[str]) -> list[NodeLine]:
@@ -540,35 +560,45 @@ def _lines_named(kube_cluster: KubeCluster, now: datetime, names: list[str]) -> 
 
 
 def nodegroup_node_page(
-    nodegroup: NksNodegroup, now: datetime, limit: int
+    nodegroup: NksNodegroup, now: datetime, limit: int, *, offered: int = 0
 ) -> NodegroupNodePage | None:
-    """The nodegroup's Nodes as its page's table and cross-check show them, bounded: a narrow
-    read of the members' names and states (Node has no natural-order key to page on in SQL),
-    NodeLines only for the `limit` shown and the members whose heartbeat Lease is due. None
-    when the cluster is not watched. `nodegroup.cluster` (with its account) must be loaded."""
+    """The nodegroup's Nodes as its page's table, cross-check and (with `offered`) unbound
+    resize form show them, bounded: a narrow read of the members' names and states (Node has
+    no natural-order key to page on in SQL), NodeLines only for the `limit` shown, the
+    `offered` first removable ones and the members whose heartbeat Lease is due. None when
+    the cluster is not watched. `nodegroup.cluster` (with its account) must be loaded."""
     kube_cluster = linked_kube_cluster(nodegroup.cluster)
     if kube_cluster is None:
         return None
     present = Node.objects.present().filter(cluster=kube_cluster)
-    fields = ("name", "ready", "unschedulable")
-    members = list(present.in_nodegroup(nodegroup.name).values_list(*fields))
-    unlabelled = list(present.filter(nodegroup_label="").values_list(*fields))
+    fields = ("name", "ready", "unschedulable", "provider_id")
+    members: list[_Narrow] = list(present.in_nodegroup(nodegroup.name).values_list(*fields))
+    unlabelled: list[_Narrow] = list(present.filter(nodegroup_label="").values_list(*fields))
     due = _due_heartbeat_names(kube_cluster, now)
     expired = _expired_members(kube_cluster, now, [nodegroup.name], due)
+    expired_names = {line.name for line in expired}
     # Unlabelled Nodes are never counted in the check; their expired heartbeats only rank them.
     due_unlabelled = {line.name for line in _expired_members(kube_cluster, now, [""], due)}
     stale = kube_cluster.nodes_stale(now)
-    problem = node_watch_problem(kube_cluster, now)
-    shown = _page_names(members, {line.name for line in expired}, stale, limit)
-    shown_unlabelled = _page_names(unlabelled, due_unlabelled, stale, limit)
+
+    def troubled(rows: Sequence[_Narrow], silent: set[str]) -> set[str]:
+        return {
+            name
+            for name, ready, cordoned, _ in rows
+            if ready != ConditionStatus.TRUE or stale or name in silent or cordoned
+        }
+
+    shown = _page_names(members, troubled(members, expired_names), limit)
+    shown_unlabelled = _page_names(unlabelled, troubled(unlabelled, due_unlabelled), limit)
+    removal, removable_total = _removal_names(members, expired_names, stale, offered)
+    unchoosable = sorted(
+        (row[0] for row in members if not instance_uuid(row[3]).ok) if offered else [],
+    )
+    wanted = sorted({*shown, *shown_unlabelled, *removal, *unchoosable})
     lines = {
-        line.name: line
-        for line in (
-            _lines_named(kube_cluster, now, shown + shown_unlabelled)
-            if shown or shown_unlabelled
-            else []
-        )
+        line.name: line for line in (_lines_named(kube_cluster, now, wanted) if wanted else [])
     }
+    problem = node_watch_problem(kube_cluster, now)
     return NodegroupNodePage(
         kube_cluster=kube_cluster,
         members=[lines[name] for name in shown if name in lines],
@@ -581,9 +611,12 @@ def nodegroup_node_page(
             node_objects=len(members),
             nodes_ready=0
             if stale
-            else sum(1 for _, ready, _ in members if ready == ConditionStatus.TRUE),
+            else sum(1 for _, ready, _, _ in members if ready == ConditionStatus.TRUE),
             expired=expired,
             now=now,
         ),
         watch_problem=problem,
+        removal=[lines[name] for name in removal if name in lines],
+        removable_total=removable_total,
+        unchoosable=[lines[name] for name in unchoosable if name in lines],
     )

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_http_methods
 
 from dashboard.htmx import render_page
 from dashboard.services import can_change_clusters
-from nks.forms import ResizeFilterForm, ResizeForm, ResizeTargetForm
+from nks.forms import NODES_OFFERED, ResizeFilterForm, ResizeForm, ResizeTargetForm
 from nks.models import NksNodegroup, ResizeRequest
 from nks.node_picture import NodegroupNodePage, NodegroupNodes, nodegroup_node_page, nodegroup_nodes
 from nks.presenters.cluster_detail import cluster_detail
@@ -177,12 +177,25 @@ def nodegroup_page(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
     with_form = can_change_clusters(request.user) and not request.htmx
     if not wants_nodes:
         return _render_nodegroup(request, nodegroup, form, nodes=None)
-    if not with_form and request.GET.get(ALL_NODES_PARAMETER) != ALL_NODES:
-        # The table's page and the counts only: the regions' refreshes, and readers without
-        # the form, read no NodeLine per member of a 500-node nodegroup.
-        page = nodegroup_node_page(nodegroup, timezone.now(), NODES_SHOWN)
+    refused_token = request.GET.get(REFUSED_QUERY_PARAMETER) if with_form else None
+    if not refused_token and request.GET.get(ALL_NODES_PARAMETER) != ALL_NODES:
+        # The table's page, the counts and the unbound form's first removable nodes: a
+        # 500-node nodegroup's page reads no NodeLine per member.
+        # ?node_count=N (a link, or a reload) pre-selects the nodes a scale-in to N removes.
+        target = ResizeTargetForm(request.GET).target() if with_form else None
+        current = nodegroup.node_count
+        removing = current - target if target and current and target < current else 0
+        page = nodegroup_node_page(
+            nodegroup,
+            timezone.now(),
+            NODES_SHOWN,
+            offered=max(NODES_OFFERED, removing) if with_form else 0,
+        )
+        if with_form:
+            form = ResizeForm(nodegroup=nodegroup, nodes=page, target=target)
         return _render_nodegroup(request, nodegroup, form, nodes=page)
-    # The resize form offers every removable node, and ?nodes=all shows every one.
+    # Back from a refused resize the form is validated against every member, and ?nodes=all
+    # shows every one.
     nodes = nodegroup_nodes(nodegroup, timezone.now())
     if with_form:
         # Back from a refused resize: the form as typed, with the errors it has now.

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import time_machine
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
@@ -22,6 +24,14 @@ from nks.presenters.nodegroup_detail import NODES_SHOWN
 from tests.nks.nodes import make_node, nodes_like_the_fake
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock() -> Iterator[None]:
+    # The pages compared say "1 s ago": the same moment for each.
+    with time_machine.travel(timezone.now(), tick=False):
+        yield
+
 
 REGION = {"HX-Request": "true", "HX-Target": "nks-nodegroup"}
 
@@ -56,6 +66,7 @@ def troubled(polled: NksAccount, fake_nks: FakeNks) -> tuple[KubeCluster, str]:
     make_node(kube, "zzz-cordoned", instance=str(uuid.uuid4()), cordoned=True)
     make_node(kube, "zzz-silent", instance=str(uuid.uuid4()), lease_renewed_ago=600)
     make_node(kube, "stray", nodegroup=None, instance=str(uuid.uuid4()))
+    make_node(kube, "zzz-unnamed", instance=None)  # no providerID: cannot be chosen
     cluster = NksCluster.objects.get(name="prod-api")
     return kube, f"/clusters/{cluster.uuid}/nodegroups/default-worker/"
 
@@ -82,6 +93,30 @@ def test_the_bounded_table_and_check_are_those_of_every_member(
     assert shown[:3] == ["zzz-cordoned", "zzz-sick", "zzz-silent"]
     card = " ".join(bounded.split())
     assert "zzz-silent" in card and "heartbeat Lease expired" in card
+
+
+def resize_form(text: str, url: str) -> str:
+    form = text.split(f'action="{url}resize/"', 1)[1].split("</form>", 1)[0]
+    return re.sub(r'name="csrfmiddlewaretoken" value="[^"]*"', "", form)
+
+
+@pytest.mark.parametrize("query", ["", "node_count=2"])
+def test_the_bounded_resize_form_is_the_one_of_every_member(
+    troubled: tuple[KubeCluster, str], operator_client: Client, query: str
+) -> None:
+    """The unbound form read as a page (the first removable nodes) is the form read from
+    every member (as ?nodes=all and a refused resize read it): the same checkboxes, ticks,
+    count of the others, and nodes that cannot be chosen."""
+    _, url = troubled
+    bounded = operator_client.get(f"{url}?{query}").content.decode()
+    every = operator_client.get(f"{url}?{query}&nodes=all").content.decode()
+    form = resize_form(bounded, url)
+    assert form == resize_form(every, url)
+    # The troubled nodes are listed first, the NotReady one ticked; the others are counted.
+    assert form.index("zzz-sick (NotReady") < form.index("zz-worker-000 ·")
+    assert re.search(r'value="[^"]+"[^>]*checked[^>]*>\s*zzz-sick', form)
+    assert 'name="nodes_to_remove_more"' in form
+    assert "zzz-unnamed cannot be chosen" in form
 
 
 def test_the_cluster_pages_counted_checks_are_those_of_every_member(
