@@ -17,7 +17,7 @@ from django.test import Client
 from django.utils import timezone
 
 from fakes.nks import FakeNks
-from leases.models import ConditionStatus, KubeCluster
+from leases.models import ConditionStatus, KubeCluster, Lease, LeaseClass
 from nks.models import NksAccount, NksCluster
 from nks.node_picture import cluster_cross_checks, counted_cluster_cross_checks
 from nks.presenters.nodegroup_detail import NODES_SHOWN
@@ -157,7 +157,7 @@ def _leases_read(read: object) -> int:
 
 
 @pytest.mark.postgres
-def test_the_nodegroup_region_and_the_checks_read_as_many_leases_at_ten_times_the_nodes(
+def test_the_nodegroup_region_and_the_checks_read_no_more_leases_at_ten_times_the_nodes(
     troubled: tuple[KubeCluster, str], engineer_client: Client
 ) -> None:
     if connection.vendor != "postgresql":
@@ -172,6 +172,22 @@ def test_the_nodegroup_region_and_the_checks_read_as_many_leases_at_ten_times_th
     def checks() -> None:
         counted_cluster_cross_checks(cluster, timezone.now())
 
+    # A cluster's other Leases, as at scale (a 5,000-Lease cluster): with few rows the
+    # planner reads the whole cluster's Leases for a page of names rather than each by name.
+    Lease.objects.bulk_create(
+        Lease(
+            cluster=kube,
+            namespace="apps",
+            name=f"released-{index:04d}",
+            lease_class=LeaseClass.LEADER_ELECTION,
+            holder="",
+            observed_at=timezone.now(),
+        )
+        for index in range(3000)
+    )
     small = (_leases_read(region), _leases_read(checks))
     grow(kube, NODES_SHOWN + 5, 10 * (NODES_SHOWN + 5))
-    assert (_leases_read(region), _leases_read(checks)) == small
+    large = (_leases_read(region), _leases_read(checks))
+    # The due Leases and a page of heartbeats by name: no more at ten times the Nodes (the
+    # plan may change with the table's size, a few rows either way), never the cluster's.
+    assert large[0] <= small[0] < 100 and large[1] == small[1] < 10, (small, large)
