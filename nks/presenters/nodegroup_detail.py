@@ -30,8 +30,8 @@ from nks.presenters.timeline import PERIODS_SHOWN, TIMELINE_HOURS, Timeline, bui
 
 RESIZES_SHOWN = 20
 # The nodegroup page's table shows this many of its member Nodes (those needing a look first
-# when there are more); the rest are one link away (`?nodes=all`). The resize form still
-# offers every node it can remove: its choices are the nodegroup's, not the table's.
+# when there are more); the rest are one link away (`?nodes=all`). The resize form lists its
+# own first removable nodes (nks.forms.NODES_OFFERED) and takes any other one typed in.
 NODES_SHOWN = 25
 # The query parameter (and its one value) that shows every member Node.
 ALL_NODES_PARAMETER = "nodes"
