@@ -17,7 +17,7 @@ from dashboard.forms import write_only_secret
 from dashboard.natural import natural_key
 from leases.models import NODEGROUP_LABEL
 from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeRequest, ResizeState
-from nks.node_picture import NodegroupNodes, NodeLine
+from nks.node_picture import NodegroupNodePage, NodegroupNodes, NodeLine
 
 
 def node_label(node: NodeLine) -> str:
@@ -34,6 +34,27 @@ def node_label(node: NodeLine) -> str:
         notes.append(gettext("cordoned"))
     state = f" ({', '.join(notes)})" if notes else ""
     return f"{node.name}{state} · {node.instance.uuid}"
+
+
+# The page's checkboxes offer this many removable nodes, best candidates first, and more only
+# when a scale-in pre-selects more; any other removable node is typed by name or instance UUID
+# in the text input beside them (`NodeChoices`). A 500-node nodegroup's page lists 25, not 500.
+NODES_OFFERED = 25
+# The text input's name: nodes_to_remove's own, and this.
+TYPED_NODES_SUFFIX = "_more"
+
+
+class NodeChoices(forms.CheckboxSelectMultiple):
+    """Checkboxes for the nodes offered, and the text input ``<name>_more`` for any other:
+    the field's value is both, one list, validated by the field against every removable node
+    of the nodegroup (names and UUIDs), as a crafted POST or an API body is."""
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+        chosen = super().value_from_datadict(data, files, name)
+        typed = data.get(f"{name}{TYPED_NODES_SUFFIX}")
+        if not isinstance(typed, str) or not typed.strip():
+            return chosen
+        return [*(chosen or []), *typed.replace(",", " ").split()]
 
 
 class NodeChoiceField(forms.MultipleChoiceField):
@@ -120,7 +141,7 @@ class ResizeForm(forms.Form):
     nodes_to_remove = NodeChoiceField(
         label=_("Nodes to remove"),
         required=False,
-        widget=forms.CheckboxSelectMultiple,
+        widget=NodeChoices,
         help_text=_(
             "When scaling in, choose exactly the nodes to remove; otherwise NKS picks random ones."
         ),
@@ -142,7 +163,7 @@ class ResizeForm(forms.Form):
         self,
         *args: Any,
         nodegroup: NksNodegroup,
-        nodes: NodegroupNodes | None,
+        nodes: NodegroupNodes | NodegroupNodePage | None,
         require_confirmation: bool = True,
         target: int | None = None,
         **kwargs: Any,
@@ -152,16 +173,25 @@ class ResizeForm(forms.Form):
         self.nodes = nodes
         self.require_confirmation = require_confirmation
         self.max_nodes = settings.NKS_MAX_NODES_PER_NODEGROUP
-        self.removable: list[NodeLine] = nodes.removal_order() if nodes else []
+        if isinstance(nodes, NodegroupNodePage):
+            # The page's unbound form: the first removable nodes, read as a page. A bound
+            # form is validated against every member (NodegroupNodes), never against a page.
+            assert not self.is_bound, "a resize is validated against every member"
+            self.removable: list[NodeLine] = nodes.removal
+            self.removable_total = nodes.removable_total
+            unchoosable = nodes.unchoosable
+        else:
+            self.removable = nodes.removal_order() if nodes else []
+            self.removable_total = len(self.removable)
+            unchoosable = [
+                node for node in (nodes.members if nodes else []) if not node.instance.ok
+            ]
         # Members the form shows but cannot offer, with why (no parsable providerID).
         self.unchoosable: list[tuple[NodeLine, str]] = [
-            (node, node.instance.problem)
-            for node in (nodes.members if nodes else [])
-            if not node.instance.ok
+            (node, node.instance.problem) for node in unchoosable
         ]
         field = self.fields["nodes_to_remove"]
         assert isinstance(field, NodeChoiceField)
-        field.choices = [(node.instance.uuid, node_label(node)) for node in self.removable]
         field.nodegroup_name = nodegroup.name
         field.watched = nodes is not None
         for node in self.removable:
@@ -186,12 +216,54 @@ class ResizeForm(forms.Form):
             self.initial.setdefault("nodes_to_remove", self.suggested(removing))
         if not require_confirmation:
             del self.fields["confirm_name"]
+        # Checkboxes for a bounded list: what `_offered` picks; the others are typed.
+        self.offered = self._offered(field)
+        field.choices = [(node.instance.uuid, node_label(node)) for node in self.offered]
+
+    def _offered(self, field: NodeChoiceField) -> list[NodeLine]:
+        """The removable nodes the page lists as checkboxes: the first NODES_OFFERED in
+        removal order, every one pre-selected, and (bound) every removable one chosen."""
+        if not self.is_bound:
+            ticked = set(self.initial.get("nodes_to_remove") or [])
+            return [
+                node
+                for index, node in enumerate(self.removable)
+                if index < NODES_OFFERED or node.instance.uuid in ticked
+            ]
+        given = field.widget.value_from_datadict(
+            self.data, self.files, self.add_prefix("nodes_to_remove")
+        )
+        chosen = {field.aliases.get(str(item)) for item in (given or [])}
+        return [
+            node
+            for index, node in enumerate(self.removable)
+            if index < NODES_OFFERED or node.instance.uuid in chosen
+        ]
+
+    @property
+    def unlisted(self) -> int:
+        """Removable nodes the checkboxes do not list (typed by name or UUID instead)."""
+        return self.removable_total - len(self.offered)
+
+    @property
+    def typed_nodes(self) -> str:
+        """What a bound form's text input shows again: the chosen items no checkbox shows
+        ticked (a checkbox ticks its UUID only), so sending it again repeats no node."""
+        if not self.is_bound:
+            return ""
+        field = self.fields["nodes_to_remove"]
+        given = field.widget.value_from_datadict(
+            self.data, self.files, self.add_prefix("nodes_to_remove")
+        )
+        offered = {node.instance.uuid for node in self.offered}
+        return " ".join(str(item) for item in (given or []) if str(item) not in offered)
 
     def suggested(self, removing: int | None) -> list[str]:
         """The nodes to tick: NotReady, then silent heartbeats, then cordoned ones; as many as
-        a scale-in by ``removing`` takes (all such nodes while the target is not known)."""
+        a scale-in by ``removing`` takes (while the target is not known, such nodes up to
+        NODES_OFFERED: when a stale Node watch makes every Ready unknown, not all 500)."""
         troubled = [node.instance.uuid or "" for node in self.removable if node.removal_rank < 3]
-        return troubled if removing is None else troubled[:removing]
+        return troubled[:NODES_OFFERED] if removing is None else troubled[:removing]
 
     def refusal(self) -> str | None:
         """Why no resize can be asked for right now, whatever the numbers."""

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils.translation import gettext, ngettext
 
@@ -24,6 +24,7 @@ from leases.models import (
     ConditionStatus,
     KubeCluster,
     Lease,
+    LeaseClass,
     LeaseState,
     Node,
     lease_state,
@@ -415,3 +416,219 @@ def removed_nodes(nodegroup: NksNodegroup, uuids: Sequence[str]) -> list[Removed
             )
         )
     return result
+
+
+# --- Bounded reads for the pages ---------------------------------------------------------------
+#
+# A nodegroup of a 5,000-node cluster has hundreds of members: the cluster page's cross-checks
+# and the nodegroup page's table read counts in SQL and NodeLines only for the Nodes they name
+# (those whose heartbeat Lease is due, and a page of the table), never one NodeLine per member.
+
+# Names looked up at a time.
+_DUE_CHUNK = 2000
+
+
+def _due_heartbeat_names(kube_cluster: KubeCluster, now: datetime) -> list[str]:
+    """The names of the cluster's held node heartbeat Leases that expired by `now` (node_lines
+    judges each against the cluster's as-of moment): the cluster's heartbeats only, by the
+    (cluster, lease_class) index; every kube-node-lease Lease is of that class.
+
+    Not the fleet's due Leases (LeaseDeadline.soon_at, as the evaluation reads them once for
+    every cluster): in the fleet bench at 100k that read made the nodegroup page's PostgreSQL
+    CPU 85-92 ms a request against 13-18 ms for this one (dead index entries that renewals
+    leave below `now` are one likely cause; not proven)."""
+    return list(
+        Lease.objects.live()
+        .filter(
+            cluster=kube_cluster,
+            lease_class=LeaseClass.NODE_HEARTBEAT,
+            namespace=NODE_LEASE_NAMESPACE,
+            expires_at__lte=now,
+        )
+        .exclude(holder="")
+        .values_list("name", flat=True)
+    )
+
+
+def _expired_members(
+    kube_cluster: KubeCluster, now: datetime, labels: Sequence[str], due: Sequence[str]
+) -> list[NodeLine]:
+    """The present Nodes labelled with one of `labels` among the `due` names whose heartbeat
+    Lease expired, by name (as a nodegroup's members are listed)."""
+    lines: list[NodeLine] = []
+    for start in range(0, len(due), _DUE_CHUNK):
+        candidates = Node.objects.present().filter(
+            cluster=kube_cluster,
+            name__in=due[start : start + _DUE_CHUNK],
+            nodegroup_label__in=labels,
+        )
+        lines.extend(
+            line for line in node_lines(kube_cluster, now, candidates) if line.heartbeat_expired
+        )
+    return sorted(lines, key=lambda line: line.name)
+
+
+def counted_cluster_cross_checks(cluster: NksCluster, now: datetime) -> list[CrossCheck]:
+    """`cluster_cross_checks` counted in SQL: one grouped count of the present member Nodes,
+    NodeLines only for members whose heartbeat Lease is due. The same checks, in as many
+    queries and NodeLines for a 5,000-node cluster as for a 20-node one."""
+    kube_cluster = linked_kube_cluster(cluster)
+    if kube_cluster is None:
+        return []
+    groups = sorted(
+        (group for group in cluster.nodegroups.all() if group.gone_at is None and group.is_worker),
+        key=lambda group: natural_key(group.name),
+    )
+    if not groups:
+        return []
+    labels = [group.name for group in groups]
+    counted = {
+        row["nodegroup_label"]: row
+        for row in Node.objects.present()
+        .filter(cluster=kube_cluster, nodegroup_label__in=labels)
+        .values("nodegroup_label")
+        .annotate(nodes=Count("id"), ready=Count("id", filter=Q(ready=ConditionStatus.TRUE)))
+        .order_by()
+    }
+    # Stale Node data says nothing of Ready now: node_lines reads every one as unknown.
+    stale = kube_cluster.nodes_stale(now)
+    expired = _expired_members(kube_cluster, now, labels, _due_heartbeat_names(kube_cluster, now))
+    problem = node_watch_problem(kube_cluster, now)
+    checks = []
+    for group in groups:
+        group.cluster = cluster  # already loaded, with its account and Lease source
+        row = counted.get(group.name, {})
+        checks.append(
+            counted_cross_check(
+                group,
+                watch_problem=problem,
+                node_objects=row.get("nodes", 0),
+                nodes_ready=0 if stale else row.get("ready", 0),
+                expired=[line for line in expired if line.nodegroup == group.name],
+                now=now,
+            )
+        )
+    return checks
+
+
+@dataclass(slots=True)
+class NodegroupNodePage:
+    """A page of a nodegroup's Nodes (those needing a look first), with the counts of all of
+    them and the cross-check, read without a NodeLine per member; and the resize form's first
+    removable members in removal order (``NodegroupNodes.removal_order``)."""
+
+    kube_cluster: KubeCluster
+    # At most `limit` each, in the order the table shows them.
+    members: list[NodeLine]
+    unlabelled: list[NodeLine]
+    members_total: int
+    unlabelled_total: int
+    check: CrossCheck
+    watch_problem: str
+    # At most `offered`, best candidates first; how many members can be named in all; the
+    # members that cannot be (no parsable providerID).
+    removal: list[NodeLine] = field(default_factory=list)
+    removable_total: int = 0
+    unchoosable: list[NodeLine] = field(default_factory=list)
+
+
+# What the narrow read takes of each member: name, Ready, cordoned, providerID.
+_Narrow = tuple[str, str, bool, str]
+
+
+def _page_names(rows: Sequence[_Narrow], troubled: set[str], limit: int) -> list[str]:
+    """The names `node_rows` would show of these rows: all of them in natural order, or with
+    more than `limit` the first `limit` of the `troubled` ones (NotReady, heartbeat expired,
+    cordoned), then of the others, each part in natural name order."""
+    ordered = sorted((row[0] for row in rows), key=natural_key)
+    if len(ordered) > limit:
+        ordered = sorted(ordered, key=lambda name: name not in troubled)[:limit]
+    return ordered
+
+
+def _removal_names(
+    rows: Sequence[_Narrow], expired: set[str], stale: bool, limit: int
+) -> tuple[list[str], int]:
+    """The first `limit` members `NodegroupNodes.removal_order` gives (instance UUID known;
+    NotReady, silent, cordoned, the rest, each in natural name order), and how many it has."""
+
+    def rank(row: _Narrow) -> int:
+        name, ready, cordoned, _ = row
+        if ready != ConditionStatus.TRUE or stale:
+            return 0
+        if name in expired:
+            return 1
+        return 2 if cordoned else 3
+
+    choosable = [row for row in rows if instance_uuid(row[3]).ok]
+    ordered = sorted(choosable, key=lambda row: (rank(row), natural_key(row[0])))
+    return [row[0] for row in ordered[:limit]], len(choosable)
+
+
+def _lines_named(kube_cluster: KubeCluster, now: datetime, names: list[str]) -> list[NodeLine]:
+    return node_lines(
+        kube_cluster, now, Node.objects.present().filter(cluster=kube_cluster, name__in=names)
+    )
+
+
+def nodegroup_node_page(
+    nodegroup: NksNodegroup, now: datetime, limit: int, *, offered: int = 0
+) -> NodegroupNodePage | None:
+    """The nodegroup's Nodes as its page's table, cross-check and (with `offered`) unbound
+    resize form show them, bounded: a narrow read of the members' names and states (Node has
+    no natural-order key to page on in SQL), NodeLines only for the `limit` shown, the
+    `offered` first removable ones and the members whose heartbeat Lease is due. None when
+    the cluster is not watched. `nodegroup.cluster` (with its account) must be loaded."""
+    kube_cluster = linked_kube_cluster(nodegroup.cluster)
+    if kube_cluster is None:
+        return None
+    present = Node.objects.present().filter(cluster=kube_cluster)
+    fields = ("name", "ready", "unschedulable", "provider_id")
+    members: list[_Narrow] = list(present.in_nodegroup(nodegroup.name).values_list(*fields))
+    unlabelled: list[_Narrow] = list(present.filter(nodegroup_label="").values_list(*fields))
+    due = _due_heartbeat_names(kube_cluster, now)
+    expired = _expired_members(kube_cluster, now, [nodegroup.name], due)
+    expired_names = {line.name for line in expired}
+    # Unlabelled Nodes are never counted in the check; their expired heartbeats only rank them.
+    due_unlabelled = {line.name for line in _expired_members(kube_cluster, now, [""], due)}
+    stale = kube_cluster.nodes_stale(now)
+
+    def troubled(rows: Sequence[_Narrow], silent: set[str]) -> set[str]:
+        return {
+            name
+            for name, ready, cordoned, _ in rows
+            if ready != ConditionStatus.TRUE or stale or name in silent or cordoned
+        }
+
+    shown = _page_names(members, troubled(members, expired_names), limit)
+    shown_unlabelled = _page_names(unlabelled, troubled(unlabelled, due_unlabelled), limit)
+    removal, removable_total = _removal_names(members, expired_names, stale, offered)
+    unchoosable = sorted(
+        (row[0] for row in members if not instance_uuid(row[3]).ok) if offered else [],
+    )
+    wanted = sorted({*shown, *shown_unlabelled, *removal, *unchoosable})
+    lines = {
+        line.name: line for line in (_lines_named(kube_cluster, now, wanted) if wanted else [])
+    }
+    problem = node_watch_problem(kube_cluster, now)
+    return NodegroupNodePage(
+        kube_cluster=kube_cluster,
+        members=[lines[name] for name in shown if name in lines],
+        unlabelled=[lines[name] for name in shown_unlabelled if name in lines],
+        members_total=len(members),
+        unlabelled_total=len(unlabelled),
+        check=counted_cross_check(
+            nodegroup,
+            watch_problem=problem,
+            node_objects=len(members),
+            nodes_ready=0
+            if stale
+            else sum(1 for _, ready, _, _ in members if ready == ConditionStatus.TRUE),
+            expired=expired,
+            now=now,
+        ),
+        watch_problem=problem,
+        removal=[lines[name] for name in removal if name in lines],
+        removable_total=removable_total,
+        unchoosable=[lines[name] for name in unchoosable if name in lines],
+    )

@@ -20,7 +20,7 @@ from django.contrib.sessions.backends.base import SessionBase
 from django.http import QueryDict
 from django.utils.datastructures import MultiValueDict
 
-from nks.forms import ResizeForm
+from nks.forms import TYPED_NODES_SUFFIX, ResizeForm
 from nks.models import IN_FLIGHT_STATES, NksNodegroup, ResizeRequest
 from nks.node_picture import NodegroupNodes
 from nks.resizes import ResizeConflict
@@ -75,7 +75,8 @@ def keep_refused_resize(
         name: [value[:VALUE_CHARS_AT_MOST] for value in posted.getlist(name)][
             :VALUES_PER_FIELD_AT_MOST
         ]
-        for name in ResizeForm.base_fields
+        # The nodes typed beside the checkboxes too (nks.forms.NodeChoices).
+        for name in [*ResizeForm.base_fields, f"nodes_to_remove{TYPED_NODES_SUFFIX}"]
         if name in posted
     }
     token = secrets.token_urlsafe(9)

@@ -18,14 +18,15 @@ from django.views.decorators.http import require_http_methods
 
 from dashboard.htmx import render_page
 from dashboard.services import can_change_clusters
-from nks.forms import ResizeFilterForm, ResizeForm, ResizeTargetForm
+from nks.forms import NODES_OFFERED, ResizeFilterForm, ResizeForm, ResizeTargetForm
 from nks.models import NksNodegroup, ResizeRequest
-from nks.node_picture import NodegroupNodes, nodegroup_nodes
+from nks.node_picture import NodegroupNodePage, NodegroupNodes, nodegroup_node_page, nodegroup_nodes
 from nks.presenters.cluster_detail import cluster_detail
 from nks.presenters.clusters import clusters_page, poll_interval_text
 from nks.presenters.nodegroup_detail import (
     ALL_NODES,
     ALL_NODES_PARAMETER,
+    NODES_SHOWN,
     latest_resize_row,
     nodegroup_detail,
     progress_version,
@@ -122,7 +123,7 @@ def _render_nodegroup(
     nodegroup: NksNodegroup,
     form: ResizeForm | None,
     *,
-    nodes: NodegroupNodes | None,
+    nodes: NodegroupNodes | NodegroupNodePage | None,
     conflict: ResizeRequest | None = None,
 ) -> HttpResponse:
     now = timezone.now()
@@ -171,10 +172,32 @@ def nodegroup_page(request: HttpRequest, uuid: str, name: str) -> HttpResponse:
         # Nothing changed: no content, which htmx leaves unswapped, so the live region
         # around the box is not re-read every 2 s.
         return HttpResponse(status=204)
-    nodes = nodegroup_nodes(nodegroup, timezone.now()) if wants_nodes else None
     form = None
     conflict = None
-    if can_change_clusters(request.user) and not request.htmx:
+    with_form = can_change_clusters(request.user) and not request.htmx
+    if not wants_nodes:
+        return _render_nodegroup(request, nodegroup, form, nodes=None)
+    refused_token = request.GET.get(REFUSED_QUERY_PARAMETER) if with_form else None
+    if not refused_token and request.GET.get(ALL_NODES_PARAMETER) != ALL_NODES:
+        # The table's page, the counts and the unbound form's first removable nodes: a
+        # 500-node nodegroup's page reads no NodeLine per member.
+        # ?node_count=N (a link, or a reload) pre-selects the nodes a scale-in to N removes.
+        target = ResizeTargetForm(request.GET).target() if with_form else None
+        current = nodegroup.node_count
+        removing = current - target if target and current and target < current else 0
+        page = nodegroup_node_page(
+            nodegroup,
+            timezone.now(),
+            NODES_SHOWN,
+            offered=max(NODES_OFFERED, removing) if with_form else 0,
+        )
+        if with_form:
+            form = ResizeForm(nodegroup=nodegroup, nodes=page, target=target)
+        return _render_nodegroup(request, nodegroup, form, nodes=page)
+    # Back from a refused resize the form is validated against every member, and ?nodes=all
+    # shows every one.
+    nodes = nodegroup_nodes(nodegroup, timezone.now())
+    if with_form:
         # Back from a refused resize: the form as typed, with the errors it has now.
         refused = refused_resize_form(
             request.session, request.GET.get(REFUSED_QUERY_PARAMETER), nodegroup, nodes

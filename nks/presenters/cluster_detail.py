@@ -11,7 +11,7 @@ from dashboard.natural import natural_key
 from dashboard.timefmt import iso_js, iso_utc
 from nks import queries
 from nks.models import NksCluster
-from nks.node_picture import CrossCheck, cluster_cross_checks
+from nks.node_picture import CrossCheck, counted_cluster_cross_checks
 from nks.presenters.clusters import ClusterRow, cluster_row
 from nks.presenters.common import Banner, cluster_banners
 from nks.presenters.resizes import ResizeRow, resize_rows
@@ -89,5 +89,5 @@ def cluster_detail(uuid: str, now: datetime) -> ClusterDetail | None:
         health_fields=_health_fields(cluster, row),
         resizes=resize_rows(queries.resizes().filter(cluster=cluster)[:RESIZES_SHOWN], now),
         server_now=iso_js(now),
-        checks=cluster_cross_checks(cluster, now),
+        checks=counted_cluster_cross_checks(cluster, now),
     )

@@ -16,7 +16,13 @@ from dashboard.timefmt import When, iso_js, when
 from leases.models import ConditionStatus, LeaseState
 from nks import queries
 from nks.models import Health, NksCluster, NksNodegroup
-from nks.node_picture import CrossCheck, NodegroupNodes, NodeLine, cross_check
+from nks.node_picture import (
+    CrossCheck,
+    NodegroupNodePage,
+    NodegroupNodes,
+    NodeLine,
+    cross_check,
+)
 from nks.presenters.common import Banner, age_text, cluster_banners, ready_bar
 from nks.presenters.resizes import ResizeRow, resize_rows
 from nks.presenters.rows import NodegroupRow, nodegroup_health, nodegroup_row
@@ -24,8 +30,8 @@ from nks.presenters.timeline import PERIODS_SHOWN, TIMELINE_HOURS, Timeline, bui
 
 RESIZES_SHOWN = 20
 # The nodegroup page's table shows this many of its member Nodes (those needing a look first
-# when there are more); the rest are one link away (`?nodes=all`). The resize form still
-# offers every node it can remove: its choices are the nodegroup's, not the table's.
+# when there are more); the rest are one link away (`?nodes=all`). The resize form lists its
+# own first removable nodes (nks.forms.NODES_OFFERED) and takes any other one typed in.
 NODES_SHOWN = 25
 # The query parameter (and its one value) that shows every member Node.
 ALL_NODES_PARAMETER = "nodes"
@@ -60,24 +66,25 @@ def node_rows(lines: list[NodeLine], now: datetime, limit: int | None = None) ->
     ordered = sorted(lines, key=lambda line: natural_key(line.name))
     if limit is not None and len(ordered) > limit:
         ordered = sorted(ordered, key=lambda line: line.removal_rank == 3)[:limit]
-    return [
-        NodeRow(
-            name=line.name,
-            url=line.url,
-            ready=line.ready,
-            ready_reason=line.ready_reason,
-            ready_message=line.ready_message,
-            ready_since=when(line.ready_since, now),
-            heartbeat=line.heartbeat,
-            heartbeat_url=line.heartbeat_url,
-            heartbeat_renewed=when(line.heartbeat_renewed, now),
-            age=when(line.created_at, now),
-            instance_uuid=line.instance.uuid or "",
-            instance_problem=line.instance.problem,
-            cordoned=line.cordoned,
-        )
-        for line in ordered
-    ]
+    return [node_row(line, now) for line in ordered]
+
+
+def node_row(line: NodeLine, now: datetime) -> NodeRow:
+    return NodeRow(
+        name=line.name,
+        url=line.url,
+        ready=line.ready,
+        ready_reason=line.ready_reason,
+        ready_message=line.ready_message,
+        ready_since=when(line.ready_since, now),
+        heartbeat=line.heartbeat,
+        heartbeat_url=line.heartbeat_url,
+        heartbeat_renewed=when(line.heartbeat_renewed, now),
+        age=when(line.created_at, now),
+        instance_uuid=line.instance.uuid or "",
+        instance_problem=line.instance.problem,
+        cordoned=line.cordoned,
+    )
 
 
 @dataclass(slots=True)
@@ -108,16 +115,35 @@ class NodesPanel:
 
 def nodes_panel(
     nodegroup: NksNodegroup,
-    nodes: NodegroupNodes | None,
+    nodes: NodegroupNodes | NodegroupNodePage | None,
     now: datetime,
     *,
     every_node: bool = False,
     page_url: str = "",
 ) -> NodesPanel:
-    """The Nodes card; a bounded table (NODES_SHOWN) unless `every_node` was asked for."""
+    """The Nodes card; a bounded table (NODES_SHOWN) unless `every_node` was asked for.
+
+    ``nodes``: every member (``nodegroup_nodes``, when the resize form needs them anyway or
+    every node is asked for), or the page of them the table shows (``nodegroup_node_page``).
+    """
     if nodes is None:
         return NodesPanel(
             False, "", "", [], [], None, [str(address) for address in nodegroup.node_addresses]
+        )
+    all_url = f"{page_url}?{urlencode({ALL_NODES_PARAMETER: ALL_NODES})}#nodes"
+    if isinstance(nodes, NodegroupNodePage):
+        # Already the page, in the table's order.
+        return NodesPanel(
+            watched=True,
+            kube_cluster=nodes.kube_cluster.name,
+            watch_problem=nodes.watch_problem,
+            members=[node_row(line, now) for line in nodes.members],
+            unlabelled=[node_row(line, now) for line in nodes.unlabelled],
+            check=nodes.check,
+            addresses=[],
+            members_total=nodes.members_total,
+            unlabelled_total=nodes.unlabelled_total,
+            all_url=all_url,
         )
     limit = None if every_node else NODES_SHOWN
     return NodesPanel(
@@ -130,7 +156,7 @@ def nodes_panel(
         addresses=[],
         members_total=len(nodes.members),
         unlabelled_total=len(nodes.unlabelled),
-        all_url=f"{page_url}?{urlencode({ALL_NODES_PARAMETER: ALL_NODES})}#nodes",
+        all_url=all_url,
     )
 
 
@@ -191,7 +217,7 @@ def nodegroup_history(
 def nodegroup_detail(
     nodegroup: NksNodegroup,
     now: datetime,
-    nodes: NodegroupNodes | None,
+    nodes: NodegroupNodes | NodegroupNodePage | None,
     *,
     every_node: bool = False,
     page_url: str = "",

@@ -1,5 +1,6 @@
 """A large nodegroup's page: its Nodes table shows a bounded page, those needing a look first,
-with a link to every node; the resize form still offers, and accepts, every removable node."""
+with a link to every node; the resize form lists a bounded number of removable nodes and
+accepts every one, typed by name or UUID."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.test import Client
 from dashboard.natural import natural_key
 from fakes.nks import FakeNks
 from leases.models import ConditionStatus
+from nks.forms import NODES_OFFERED
 from nks.models import NksAccount, NksCluster, ResizeRequest
 from nks.presenters.nodegroup_detail import NODES_SHOWN
 from tests.nks.nodes import make_node, nodes_like_the_fake
@@ -65,10 +67,13 @@ def test_the_table_shows_a_page_troubled_first_and_links_to_every_node(
     more = total - NODES_SHOWN
     assert f"Those needing a look first, {NODES_SHOWN} shown:" in card
     assert f'<a href="{url}?nodes=all#nodes">show {more} more</a>' in card
-    # The form offers every removable node, not only those in the table.
+    # The form lists as many removable nodes, best candidates first (the NotReady one
+    # ticked), and says how many more can be typed in.
     offered = choices(text)
-    assert len(offered) == total
-    assert str(uuid.UUID(int=1)) in offered and str(uuid.UUID(int=EXTRA)) in offered
+    assert len(offered) == NODES_OFFERED and offered[0] == str(uuid.UUID(int=EXTRA))
+    assert f'data-nodes-unlisted="{total - NODES_OFFERED}"' in text
+    assert f"({total - NODES_OFFERED} more can be removed than the list shows)" in text
+    assert 'name="nodes_to_remove_more"' in text
 
     every = operator_client.get(f"{url}?nodes=all").content.decode()
     listed = table_nodes(every)
@@ -90,25 +95,43 @@ def test_a_node_beyond_the_table_can_still_be_named_for_removal(
     text = operator_client.get(url).content.decode()
     hidden, instance = f"zz-worker-{EXTRA - 2:03d}", str(uuid.UUID(int=EXTRA - 1))
     assert hidden not in table_nodes(text)
-    assert instance in choices(text)
-    # A name that is no node of the nodegroup is refused, with the reason on the page.
+    assert instance not in choices(text)
+    # A name that is no node of the nodegroup is refused, with the reason on the page, and
+    # is typed in again as it was (no checkbox shows it).
     refused = operator_client.post(
         f"{url}resize/",
         {
             "node_count": "2",
-            "nodes_to_remove": ["no-such-node"],
+            "nodes_to_remove_more": "no-such-node",
             "reason": "typo",
             "confirm_name": "default-worker",
         },
         follow=True,
     )
     assert not ResizeRequest.objects.exists()
-    assert "no-such-node is not a node of nodegroup default-worker" in refused.content.decode()
+    page = refused.content.decode()
+    assert "no-such-node is not a node of nodegroup default-worker" in page
+    assert 'name="nodes_to_remove_more" value="no-such-node"' in page
+    # Typed by name, a node the list does not show is removed by its instance UUID; one
+    # named twice (by name and ticked UUID) is refused as the checkboxes alone would be.
+    twice = operator_client.post(
+        f"{url}resize/",
+        {
+            "node_count": "2",
+            "nodes_to_remove": [str(uuid.UUID(int=EXTRA))],
+            "nodes_to_remove_more": f"zz-worker-{EXTRA - 1:03d}",
+            "reason": "the same node twice",
+            "confirm_name": "default-worker",
+        },
+        follow=True,
+    )
+    assert "is chosen more than once" in twice.content.decode()
+    assert not ResizeRequest.objects.exists()
     response = operator_client.post(
         f"{url}resize/",
         {
             "node_count": "2",
-            "nodes_to_remove": [instance],
+            "nodes_to_remove_more": f" {hidden}, ",
             "reason": "a node the table does not show",
             "confirm_name": "default-worker",
         },
