@@ -21,6 +21,7 @@ from leases.models import KubeCluster, LeaderGroup, LeaseHolderSpan
 from tests.alerts.conftest import Clock, evaluate, keep_fresh
 from tests.leases.factories import NOW, make_cluster, make_lease, make_many_leases
 from tests.leases.group_factories import make_slot
+from tests.table_reads import rows_read
 
 pytestmark = pytest.mark.django_db
 
@@ -36,13 +37,7 @@ def _lease_rows_read() -> int | None:
     (sequential reads and index fetches); None on SQLite, which keeps no such count."""
     if connection.vendor != "postgresql":
         return None
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
-            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_lease'"
-        )
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
+    return rows_read()
 
 
 def _plan_as_at_scale(at_scale: bool) -> None:
@@ -171,7 +166,10 @@ def test_group_rules_read_only_the_groups_that_can_matter(clock: Clock) -> None:
     large = one_evaluation(cluster)
 
     assert large.queries == small.queries
-    assert large.lease_rows == small.lease_rows
+    # Not more with 120 more healthy slots. With the few rows of the small case the planner
+    # may read a little more (an index range instead of the ids), never the healthy groups.
+    if small.lease_rows is not None:
+        assert large.lease_rows is not None and large.lease_rows <= small.lease_rows
     groups = dict(
         Incident.objects.filter(
             rule__in=[Rule.LEADER_GROUP_UNSTAFFED, Rule.LEADER_GROUP_DEGRADED]

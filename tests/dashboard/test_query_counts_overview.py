@@ -35,6 +35,7 @@ from leases.overview_queries import (
 from leases.presenters.overview import lease_problems, leases_overview, overview_list_limit
 from tests.dashboard.fleet import counts_at_two_sizes, make_fleet, queries_of
 from tests.leases.factories import NOW, known_until, make_cluster, make_lease, make_many_leases
+from tests.table_reads import rows_read
 
 pytestmark = pytest.mark.django_db
 
@@ -219,17 +220,6 @@ def test_each_cards_lists_share_a_row_budget_over_the_fleet_and_link_to_the_rest
     )
 
 
-def _lease_rows_read() -> int:
-    """Rows of the lease table PostgreSQL has read in this transaction (scans and fetches)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
-            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_lease'"
-        )
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
 def _problem_lists_rows_read() -> tuple[list[str], int]:
     """The overview's problem lists (both lists of every card, the top expired list) and
     the lease rows their queries read, planned as at scale: with statistics, and told to
@@ -237,7 +227,7 @@ def _problem_lists_rows_read() -> tuple[list[str], int]:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE leases_lease, leases_leasedeadline")
         cursor.execute("SET LOCAL enable_seqscan = off")
-    before = _lease_rows_read()
+    before = rows_read()
     soon, nodes = soon_and_expired_nodes(
         NOW,
         EXPIRING_SOON,
@@ -247,7 +237,7 @@ def _problem_lists_rows_read() -> tuple[list[str], int]:
         ("id", "name"),
     )
     problems = lease_problems(NOW)
-    read = _lease_rows_read() - before
+    read = rows_read() - before
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = on")
     names = sorted(row["name"] for rows in (*soon.values(), *nodes.values()) for row in rows)
@@ -447,17 +437,9 @@ def _transition_rows_read(cluster_ids: list[int]) -> tuple[list[str], int]:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE leases_leasetransition")
         cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
-            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_leasetransition'"
-        )
-        before = cursor.fetchone()[0]
+        before = rows_read("leases_leasetransition")
         found = recent_transitions(cluster_ids, 3)
-        cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
-            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_leasetransition'"
-        )
-        after = cursor.fetchone()[0]
+        after = rows_read("leases_leasetransition")
         cursor.execute("SET LOCAL enable_seqscan = on")
     names = [t.to_holder for cluster in cluster_ids for t in found.get(cluster, [])]
     return names, after - before

@@ -23,6 +23,7 @@ from nks.models import NksAccount, NksCluster
 from nks.node_picture import cluster_cross_checks, counted_cluster_cross_checks
 from nks.presenters.nodegroup_detail import NODES_SHOWN
 from tests.nks.nodes import make_node, nodes_like_the_fake, watched_cluster
+from tests.table_reads import rows_read
 
 pytestmark = pytest.mark.django_db
 
@@ -132,26 +133,15 @@ def test_the_cluster_pages_counted_checks_are_those_of_every_member(
     assert any("zzz-silent" in said for said in check.disagreements)
 
 
-def _lease_rows_read() -> int:
-    """Rows of the lease table PostgreSQL has read in this transaction (scans and fetches)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
-            "FROM pg_stat_xact_user_tables WHERE relname = 'leases_lease'"
-        )
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
 def _leases_read(read: object) -> int:
     """The lease rows `read()` reads, planned as at scale: with statistics, and told to avoid
     sequential scans, a read that no index serves still scans the table."""
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE leases_lease, leases_leasedeadline, leases_node")
         cursor.execute("SET LOCAL enable_seqscan = off")
-    before = _lease_rows_read()
+    before = rows_read()
     read()  # type: ignore[operator]
-    after = _lease_rows_read()
+    after = rows_read()
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = on")
     return after - before
