@@ -105,8 +105,8 @@ def test_a_fleet_clusters_evaluation_does_not_grow_with_its_healthy_leases(
     # Not more with 120 more healthy leases of each shape. With the few rows of the small
     # case the planner may take an index range (lease_live_class) instead of the ids and read
     # a little more; at scale it reads by id.
-    assert large.lease_rows is not None and small.lease_rows is not None
-    assert large.lease_rows <= small.lease_rows
+    if small.lease_rows is not None:  # counted by PostgreSQL only
+        assert large.lease_rows is not None and large.lease_rows <= small.lease_rows
     assert open_keys() == small_open
     assert {key.split(":")[0] for key in small_open} == {
         Rule.NODE_HEARTBEATS_EXPIRED,
