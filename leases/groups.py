@@ -275,6 +275,18 @@ def _groups_from(
     return groups
 
 
+def _cluster_rows(
+    cluster: str | None, enabled_only: bool
+) -> list[tuple[int, str, bool, datetime | None]]:
+    """(id, name, enabled, leases_as_of) of the clusters whose groups are asked for."""
+    clusters = KubeCluster.objects.all()
+    if cluster is not None:
+        clusters = clusters.filter(name=cluster)
+    if enabled_only:
+        clusters = clusters.filter(enabled=True)
+    return list(clusters.values_list("id", "name", "enabled", "leases_as_of"))
+
+
 def leader_groups(
     now: datetime,
     *,
@@ -286,12 +298,7 @@ def leader_groups(
 ) -> list[GroupState]:
     """Every group (or the one named, or those of `keys`), naturally sorted. Three queries,
     however many groups (with `keys`: two more per KEYS_PER_QUERY groups past the first)."""
-    clusters = KubeCluster.objects.all()
-    if cluster is not None:
-        clusters = clusters.filter(name=cluster)
-    if enabled_only:
-        clusters = clusters.filter(enabled=True)
-    rows = list(clusters.values_list("id", "name", "enabled", "leases_as_of"))
+    rows = _cluster_rows(cluster, enabled_only)
     names = {cluster_id: cluster_name for cluster_id, cluster_name, _, _ in rows}
     as_of = {cluster_id: at if enabled else None for cluster_id, _, enabled, at in rows}
     if not names:
@@ -379,12 +386,7 @@ def group_summaries(
     """Every group's status at `now`, in the groups pages' order: three queries, one of them
     an aggregate over the slot leases that returns a row per group, not per lease. Each
     slot judged by `leases.queries.state_sql`, the SQL form of `Lease.state_at`."""
-    clusters = KubeCluster.objects.all()
-    if cluster is not None:
-        clusters = clusters.filter(name=cluster)
-    if enabled_only:
-        clusters = clusters.filter(enabled=True)
-    rows = list(clusters.values_list("id", "name", "enabled", "leases_as_of"))
+    rows = _cluster_rows(cluster, enabled_only)
     names = {cluster_id: cluster_name for cluster_id, cluster_name, _, _ in rows}
     if not names:
         return []
