@@ -26,6 +26,8 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
+from dashboard.liveness import WorkerLivenessFile
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
 DEFAULT_QUEUE = "default"
@@ -112,6 +114,10 @@ app = Celery("dashboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = tuple(Queue(name) for name in QUEUES)
 app.conf.task_annotations = (TimeLimitAnnotations(),)
+# Liveness files for cheap healthchecks and probes (dashboard.liveness): off unless the
+# environment names them, as the image does.
+app.steps["worker"].add(WorkerLivenessFile)
+app.conf.beat_scheduler = "dashboard.liveness:LivenessScheduler"
 app.conf.task_routes = {
     "leases.tasks.watch_*": {"queue": WATCH_QUEUE},
     # Supervising watchers is a few queries that must run while polls are slow: on the

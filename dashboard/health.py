@@ -1,4 +1,5 @@
 """Readiness checks: can this process reach the database, the broker and the lock cache?
+Only the database decides readiness (`REQUIRED_CHECKS`); the others are reported.
 
 Each check answers in a few seconds at most. Its ``detail`` says what is wrong (the driver's
 first line, which names hosts and ports) and is meant for the log only: /readyz is served
@@ -113,18 +114,28 @@ def log_failures(checks: list[CheckResult]) -> None:
             logger.warning("readiness check %s failed: %s", check.name, check.detail)
 
 
+# What a web process cannot serve a page without. The broker (resize and action forms queue
+# their task there) and the lock store (Redis in production) are reported, but a Redis blip
+# must not take every web pod out of the Service while pages can still be read.
+REQUIRED_CHECKS = frozenset({"database"})
+
+
 def readiness_report(checks: list[CheckResult]) -> tuple[bool, dict[str, Any]]:
-    """Whether all checks passed, and the body /readyz answers to anyone.
+    """Whether this process is ready (every required check passed), and the body /readyz
+    answers to anyone.
 
     Only check names, results and timings: no detail, since drivers' messages carry hosts,
-    ports and sometimes user names. A failure's ``reason`` names the failing checks,
+    ports and sometimes user names. ``status`` is "ok", "degraded" (only checks that pages
+    can do without failed) or "unavailable"; ``reason`` names the failing checks,
     comma-separated in check order ("database", "broker, locks").
     """
     failed = [check.name for check in checks if not check.ok]
-    body: dict[str, Any] = {"status": "unavailable" if failed else "ok"}
+    ready = not REQUIRED_CHECKS.intersection(failed)
+    status = "ok" if not failed else "degraded" if ready else "unavailable"
+    body: dict[str, Any] = {"status": status}
     if failed:
         body["reason"] = ", ".join(failed)
     body["checks"] = {
         check.name: {"ok": check.ok, "ms": round(check.seconds * 1000, 1)} for check in checks
     }
-    return not failed, body
+    return ready, body

@@ -20,7 +20,8 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 
 def readyz(request: HttpRequest) -> HttpResponse:
-    """Ready to serve: the database, the broker and the lock store all answer.
+    """Ready to serve: the database answers (503 otherwise). The broker and the lock store
+    are checked too and reported as "degraded": pages are served without them.
 
     The answer names a failing dependency but never says why: the why (hosts, ports, driver
     messages) goes to the log, since this endpoint needs no login.

@@ -36,13 +36,15 @@ def test_readyz_reports_each_dependency(client: Client) -> None:
     assert all(check["ok"] for check in body["checks"].values())
 
 
-def test_readyz_is_503_with_a_reason_when_the_broker_is_down(client: Client, settings) -> None:  # type: ignore[no-untyped-def]
+def test_readyz_stays_ready_but_degraded_when_the_broker_is_down(client: Client, settings) -> None:  # type: ignore[no-untyped-def]
+    # Pages are still served without the broker: a Redis blip must not take every web pod
+    # out of the Service (issue 23). Only the database decides.
     settings.CELERY_BROKER_URL = "redis://:brokerpass@127.0.0.1:1/0"
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = {}
     response = client.get("/readyz")
-    assert response.status_code == 503
+    assert response.status_code == 200
     body = response.json()
-    assert body["status"] == "unavailable"
+    assert body["status"] == "degraded"
     assert body["checks"]["broker"]["ok"] is False
     assert body["reason"] == "broker"
     assert "brokerpass" not in response.content.decode()
@@ -91,7 +93,7 @@ def test_readyz_names_a_down_broker_without_hosts_ports_or_driver_messages(
         response = client.get("/readyz")
 
     text = response.content.decode()
-    assert response.status_code == 503
+    assert response.status_code == 200
     assert response.json()["reason"] == "broker"
     assert str(port) not in text
     assert [leak for leak in LEAKS if leak in text] == []
@@ -164,3 +166,23 @@ def test_metrics_accept_the_configured_bearer_token(client: Client, settings) ->
     )
     assert denied.status_code == 403
     assert allowed.status_code == 200
+
+
+def test_readyz_stays_ready_and_pages_are_served_while_redis_is_down(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    redis_port = closed_port()
+    result = run_django(
+        "from django.test import Client\n"
+        "c = Client(raise_request_exception=False)\n"
+        "r = c.get('/readyz')\n"
+        "print(r.status_code); print(r.content.decode())\n"
+        "r = c.get('/login/', HTTP_HOST='127.0.0.1')\n"
+        "print(r.status_code)",
+        env={"REDIS_URL": f"redis://127.0.0.1:{redis_port}/0", "DASHBOARD_VAR_DIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    status, body, login = result.stdout.strip().split("\n")
+    assert status == "200"
+    assert orjson.loads(body)["status"] == "degraded"
+    assert orjson.loads(body)["reason"] == "broker, locks"
+    assert str(redis_port) not in body
+    assert login == "200"
