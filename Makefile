@@ -11,12 +11,13 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: help install run test lint format lock clean messages compilemessages
+.PHONY: help install run test lint format lock clean messages compilemessages image
 
 help:
 	@echo "make run    start the dashboard with a demo cluster on http://127.0.0.1:8000"
 	@echo "make test   run the test suite"
 	@echo "make lint   ruff check + format check"
+	@echo "make image  build the container image (docker or podman), labelled with version and commit"
 	@echo "make messages         extract the texts to translate into locale/ko (needs GNU gettext)"
 	@echo "make compilemessages  compile every locale/**/django.po into its .mo (committed)"
 
@@ -53,6 +54,18 @@ lint: install
 format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# The container image, with OCI labels saying which version and commit it holds. IMAGE names
+# the repository to push to (your registry's name goes in IMAGE, never in the repository).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+REVISION := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE ?= lease-dashboard
+CONTAINER ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+
+image:
+	@test -n "$(CONTAINER)" || { echo "make image needs docker or podman" >&2; exit 1; }
+	$(CONTAINER) build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+		--build-arg SOURCE="$(SOURCE)" -t $(IMAGE):$(VERSION) -t $(IMAGE):latest .
 
 # Translations (issue 12). `make messages` extracts every marked text of the product (not the
 # fakes, tests, benchmarks or manifests) and merges it into locale/ko/LC_MESSAGES/django.po:
