@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 
 from dashboard.forms import write_only_secret
 from dashboard.natural import natural_key
+from dashboard.service_urls import ServiceURLFormField
 from leases.models import NODEGROUP_LABEL
 from nks.models import NksAccount, NksCluster, NksNodegroup, ResizeRequest, ResizeState
 from nks.node_picture import NodegroupNodePage, NodegroupNodes, NodeLine
@@ -468,13 +469,13 @@ class NksAccountForm(forms.ModelForm):
         required=False,
         help_text=_("Remove the stored token (to switch to identity credentials)."),
     )
-    api_url = forms.URLField(
+    api_url = ServiceURLFormField(
         label=_("API URL"),
         max_length=300,
         assume_scheme="https",
         help_text=_("The region's NKS API base URL."),
     )
-    identity_url = forms.URLField(
+    identity_url = ServiceURLFormField(
         label=_("Identity URL"),
         max_length=300,
         required=False,

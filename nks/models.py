@@ -28,6 +28,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from dashboard.encryption import EncryptedTextField
+from dashboard.service_urls import ServiceURLField
 from nks.enums import EventState, Freshness, OperationPhase
 
 
@@ -91,10 +92,10 @@ class NksAccount(models.Model):
 
     name = models.SlugField(max_length=63, unique=True)
     enabled = models.BooleanField(default=True)
-    api_url = models.URLField(
+    api_url = ServiceURLField(
         _("API URL"), max_length=300, help_text=_("The region's NKS API base URL.")
     )
-    identity_url = models.URLField(
+    identity_url = ServiceURLField(
         _("identity URL"),
         max_length=300,
         blank=True,
