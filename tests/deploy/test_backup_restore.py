@@ -66,6 +66,7 @@ from leases.watcher import LeaseWatcher
 from nks.accounts import client_for
 from nks.client import NksError
 from nks.models import NksAccount
+from nks.poller import poll_account
 
 def digest(value):
     return hashlib.sha256(str(value).encode()).hexdigest()
@@ -101,10 +102,13 @@ try:
     out["nks_client"] = "built"
 except NksError as error:
     out["nks_client"] = str(error)
-if WATCH:
-    # The watcher reads the kubeconfig as it would after a restore, then stops.
+if RUN_SOURCES:
+    # The watcher and the poller read their secrets as they would after a restore (with
+    # the right keys they would reach for the outside world: only without them is it safe).
     LeaseWatcher(cluster.pk, owner="restore-check").run(seconds=2)
     out["watch_error"] = KubeCluster.objects.get(pk=cluster.pk).last_error
+    poll_account(account.pk)
+    out["poll_error"] = NksAccount.objects.get(pk=account.pk).last_error
 
 browser = Client(HTTP_HOST="localhost")
 browser.force_login(get_user_model().objects.get(username=SUPERUSER))
@@ -113,6 +117,7 @@ pages = {
     "leases": "/leases/?cluster=" + CLUSTER,
     "lease": "/leases/" + CLUSTER + "/kube-system/kube-scheduler/",
     "watchers": "/leases/clusters/",
+    "nks": "/clusters/",
     "incident": "/alerts/%d/" % incident.pk,
     "cluster_admin": "/admin/leases/kubecluster/%d/change/" % cluster.pk,
     "account_admin": "/admin/nks/nksaccount/%d/change/" % account.pk,
@@ -302,7 +307,7 @@ def _fill_through_the_product() -> dict[str, Any]:
     }
 
 
-def _read_restored(database: str, keys: list[str], tmp_path: Path, *, watch: bool) -> Any:
+def _read_restored(database: str, keys: list[str], tmp_path: Path, *, run_sources: bool) -> Any:
     env = {
         "DATABASE_URL": _database_url(database),
         "SECRETS_ENCRYPTION_KEYS": ",".join(keys),
@@ -313,7 +318,7 @@ def _read_restored(database: str, keys: list[str], tmp_path: Path, *, watch: boo
     }
     if os.environ.get("REDIS_URL"):
         env["REDIS_URL"] = os.environ["REDIS_URL"]
-    code = f"CLUSTER = {CLUSTER!r}\nSUPERUSER = {SUPERUSER!r}\nWATCH = {watch!r}\n"
+    code = f"CLUSTER = {CLUSTER!r}\nSUPERUSER = {SUPERUSER!r}\nRUN_SOURCES = {run_sources!r}\n"
     result = run_django(code + READ_RESTORED, env=env, timeout=120)
     assert result.returncode == 0, f"the restored database could not be read:\n{result.stderr}"
     line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
@@ -355,7 +360,9 @@ def test_a_dump_restored_into_a_fresh_database_is_read_with_its_secrets(
     )
     assert restored.returncode == 0, restored.stderr
 
-    seen = _read_restored(fresh_database, settings.SECRETS_ENCRYPTION_KEYS, tmp_path, watch=False)
+    seen = _read_restored(
+        fresh_database, settings.SECRETS_ENCRYPTION_KEYS, tmp_path, run_sources=False
+    )
     assert seen["counts"] == expected["counts"]
     assert seen["digests"] == expected["digests"], "a secret did not decrypt to what was stored"
     assert seen["problems"] == [None, None, None, None]
@@ -371,7 +378,7 @@ def test_a_dump_restored_into_a_fresh_database_is_read_with_its_secrets(
 
     # The same dump read with other keys: the secrets are refused in words, never shown.
     other_keys = [Fernet.generate_key().decode()]
-    lost = _read_restored(fresh_database, other_keys, tmp_path, watch=True)
+    lost = _read_restored(fresh_database, other_keys, tmp_path, run_sources=True)
     assert lost["counts"] == expected["counts"], "the rows themselves do not need the keys"
     assert lost["digests"] == {key: _digest("") for key in expected["digests"]}
     assert all(
@@ -380,6 +387,7 @@ def test_a_dump_restored_into_a_fresh_database_is_read_with_its_secrets(
     ), lost["problems"]
     assert "stored credentials cannot be read" in lost["nks_client"]
     assert "The kubeconfig cannot be read" in lost["watch_error"]
+    assert "stored credentials cannot be read" in lost["poll_error"]
     for name, page in lost["pages"].items():
         assert page["status"] == 200, f"{name}: {page['status']} with other keys"
         assert _secrets_in(page["body"]) == [], f"{name} shows a secret or its ciphertext"
@@ -388,6 +396,7 @@ def test_a_dump_restored_into_a_fresh_database_is_read_with_its_secrets(
     # Every page says it at the top, beside the data's age; the watchers page on the row.
     assert "The kubeconfig cannot be read" in lost["pages"]["overview"]["body"]
     assert "The kubeconfig cannot be read" in lost["pages"]["watchers"]["body"]
+    assert "stored credentials cannot be read" in lost["pages"]["nks"]["body"]
 
 
 def no_key_text() -> str:
