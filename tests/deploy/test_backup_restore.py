@@ -336,8 +336,11 @@ def _secrets_in(body: str) -> list[str]:
 
 
 def test_a_dump_restored_into_a_fresh_database_is_read_with_its_secrets(
-    fresh_database: str, tmp_path: Path
+    fresh_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The keys are handed to the reading process in SECRETS_ENCRYPTION_KEYS; a _FILE
+    # variable inherited beside it would make its settings refuse to start.
+    monkeypatch.delenv("SECRETS_ENCRYPTION_KEYS_FILE", raising=False)
     expected = _fill_through_the_product()
     dump = tmp_path / "dashboard.dump"
     source = str(connection.settings_dict["NAME"])

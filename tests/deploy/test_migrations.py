@@ -100,7 +100,11 @@ SYNTHETIC = {
             migrations.SeparateDatabaseAndState(
                 state_operations=[migrations.RemoveField("widget", "old")]
             ),
-            migrations.RunSQL("CREATE INDEX widget_name ON synthetic_widget (name)"),
+            migrations.RunSQL(
+                ["CREATE INDEX widget_name ON synthetic_widget (name)"],
+                reverse_sql=["DROP TABLE synthetic_widget"],  # backwards only: never run
+            ),
+            migrations.RunSQL("ALTER TABLE synthetic_widget DROP CONSTRAINT widget_check"),
         ]
     """,
     "0003_bad": """
@@ -122,6 +126,7 @@ SYNTHETIC = {
                 database_operations=[migrations.RemoveField("widget", "maybe")]
             ),
             migrations.RunSQL("ALTER TABLE synthetic_widget DROP COLUMN level"),
+            migrations.RunSQL([("ALTER TABLE synthetic_widget DROP name", None)]),
         ]
     """,
 }
@@ -173,6 +178,10 @@ def test_the_checker_refuses_each_kind_of_destructive_operation(
             bad,
             "runs SQL that drops, renames or sets NOT NULL: "
             "ALTER TABLE synthetic_widget DROP COLUMN level",
+        ),
+        Finding(
+            bad,
+            "runs SQL that drops, renames or sets NOT NULL: ALTER TABLE synthetic_widget DROP name",
         ),
     ], "0001 and 0002 are safe; every operation of 0003 is not"
 
