@@ -96,9 +96,13 @@ SYNTHETIC = {
             # The column keeps its name: only the Python name changes.
             migrations.RenameField("widget", "code", "sku"),
             migrations.DeleteModel("Shadow"),
-            # Forgotten by the state only; the column stays for the previous release.
+            # The README's first step of dropping a column: the model forgets it, the
+            # column stays (nullable, so inserts without it succeed) for the release before.
             migrations.SeparateDatabaseAndState(
-                state_operations=[migrations.RemoveField("widget", "old")]
+                database_operations=[
+                    migrations.AlterField("widget", "old", models.TextField(null=True))
+                ],
+                state_operations=[migrations.RemoveField("widget", "old")],
             ),
             migrations.RunSQL(
                 ["CREATE INDEX widget_name ON synthetic_widget (name)"],
