@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 import psycopg
+import psycopg.sql
 import pytest
 import yaml
 from cryptography.fernet import Fernet
@@ -176,7 +177,7 @@ def postgres_tools(postgres_database: None) -> None:
     found = re.search(r"(\d+)\.\d+", version)
     assert found, f"pg_dump printed no version: {version!r}"
     tools_major = int(found.group(1))
-    server_major = connection.cursor().connection.info.server_version // 10000
+    server_major = connection.pg_version // 10000
     if tools_major < server_major:
         skip_or_fail(
             f"pg_dump {tools_major} cannot dump a PostgreSQL {server_major} server",
@@ -217,24 +218,23 @@ def fresh_database(postgres_tools: None) -> Iterator[str]:
     name = f"{base}_restored_{uuid.uuid4().hex[:8]}"
     params = connection.settings_dict
 
-    def admin(sql: str) -> None:
+    def admin(statement: str) -> None:
         with psycopg.connect(
             dbname="postgres",
             host=params.get("HOST") or None,
             port=params.get("PORT") or None,
             user=params.get("USER") or None,
             password=params.get("PASSWORD") or None,
-            autocommit=True,
+            autocommit=True,  # CREATE and DROP DATABASE refuse to run in a transaction
         ) as conn:
-            # The name is ours (letters, digits, _), quoted: no parameter can hold it.
-            conn.execute(sql.encode())
+            conn.execute(psycopg.sql.SQL(statement).format(psycopg.sql.Identifier(name)))
 
     # template0: nothing an administrator added to template1 ends up in the restore.
-    admin(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    admin("CREATE DATABASE {} TEMPLATE template0")
     try:
         yield name
     finally:
-        admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin("DROP DATABASE IF EXISTS {} WITH (FORCE)")
 
 
 def _fill_through_the_product() -> dict[str, Any]:
