@@ -50,6 +50,16 @@ def test_every_allowlist_entry_still_matches_a_migration() -> None:
     )
 
 
+def test_every_migration_file_of_the_project_is_checked() -> None:
+    on_disk = {
+        f"{path.parent.parent.name}.{path.stem}"
+        for path in REPO_ROOT.glob("*/migrations/[0-9]*.py")
+    }
+    checked = {f"{app}.{migration.name}" for app, migration, own in project_plan() if own}
+    assert on_disk, "no migration files found"
+    assert checked == on_disk
+
+
 # --- the checker against migrations it has never seen --------------------------------------
 
 SYNTHETIC = {
