@@ -56,8 +56,8 @@ def test_promtool_accepts_the_rules(promtool: str) -> None:
 
 def test_rules_fire_as_their_unit_tests_say(promtool: str) -> None:
     """Evaluator lag, watcher data age (a forbidden Node watch excepted), a given-up
-    message, an unreadable database and every target down, over series as two web
-    replicas serve them."""
+    message, an unreadable database, every target down, silent worker queues and an old
+    NKS poll, over series as web replicas serve them."""
     result = subprocess.run(
         [promtool, "test", "rules", RULE_TESTS.name],
         capture_output=True,
