@@ -53,6 +53,20 @@ class AlertCollector(DatabaseCollector):
         oldest.add_metric([], metrics.oldest_unsent_seconds or 0.0)
         yield oldest
 
+        retrying = GaugeMetricFamily(
+            f"{PREFIX}_notifications_retrying",
+            "Alert messages waiting for another attempt after at least one failed.",
+        )
+        retrying.add_metric([], metrics.retrying)
+        yield retrying
+
+        failed = GaugeMetricFamily(
+            f"{PREFIX}_notifications_failed_last_hour",
+            "Alert messages given up (failed) whose last attempt was due in the last hour.",
+        )
+        failed.add_metric([], metrics.failed_last_hour)
+        yield failed
+
 
 _registered = False
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -117,6 +117,16 @@ class AlertMetrics:
     notifications: dict[str, int]
     evaluation_age_seconds: float | None
     oldest_unsent_seconds: float | None
+    # Waiting for another attempt after at least one failed: a channel or SMTP in trouble.
+    retrying: int = 0
+    # Given up (failed) with the last attempt due in the last FAILED_WINDOW.
+    failed_last_hour: int = 0
+
+
+# A failed row's next_attempt_at is when its last attempt was due: give or take the queue's
+# delay, when it was given up. The failure gauge counts these, so an alert on it fires for an
+# hour after a give-up and stops by itself, whatever retention later deletes.
+FAILED_WINDOW = timedelta(hours=1)
 
 
 def alert_metrics(now: datetime) -> AlertMetrics:
@@ -130,15 +140,34 @@ def alert_metrics(now: datetime) -> AlertMetrics:
     ):
         open_counts[(row["rule"], row["severity"])] = row["count"]
     states = dict.fromkeys(DeliveryState.values, 0)
-    for row in Notification.objects.values("state").annotate(count=Count("id")).order_by():
+    failed_last_hour = 0
+    # The same one GROUP BY as before: the recent failures are a conditional count in it.
+    for row in (
+        Notification.objects.values("state")
+        .annotate(
+            count=Count("id"),
+            recent=Count(
+                "id",
+                filter=Q(state=DeliveryState.FAILED, next_attempt_at__gte=now - FAILED_WINDOW),
+            ),
+        )
+        .order_by()
+    ):
         states[row["state"]] = row["count"]
-    oldest = Notification.objects.filter(
+        failed_last_hour += row["recent"]
+    unsent = Notification.objects.filter(
         state__in=[DeliveryState.PENDING, DeliveryState.SENDING]
-    ).aggregate(oldest=Min("created_at"))["oldest"]
+    ).aggregate(
+        oldest=Min("created_at"),
+        retrying=Count("id", filter=Q(state=DeliveryState.PENDING, attempts__gt=0)),
+    )
+    oldest = unsent["oldest"]
     status = EvaluatorStatus.objects.filter(pk=1).values_list("last_finished_at", flat=True).first()
     return AlertMetrics(
         open_incidents=open_counts,
         notifications=states,
         evaluation_age_seconds=(now - status).total_seconds() if status else None,
         oldest_unsent_seconds=(now - oldest).total_seconds() if oldest else None,
+        retrying=unsent["retrying"],
+        failed_last_hour=failed_last_hour,
     )

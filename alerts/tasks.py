@@ -8,8 +8,9 @@ a conditional update first, so a channel's storm folded by one task is skipped b
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
-from alerts import delivery, evaluation, expiry_schedule
+from alerts import deadman, delivery, evaluation, expiry_schedule
 
 # A scheduled evaluation waits this long for a running one to finish: skipping it instead
 # would leave its due moment to the next tick.
@@ -19,7 +20,7 @@ DUE_LOCK_WAIT_SECONDS = 3.0
 @shared_task(ignore_result=True)
 def evaluate_alerts() -> None:
     """Beat, every ALERT_EVAL_SECONDS: open, update and resolve incidents; plan mail."""
-    evaluation.run_evaluation()
+    deadman.after_evaluation(evaluation.run_evaluation(), queue_deadman_ping)
 
 
 @shared_task(ignore_result=True)
@@ -27,7 +28,19 @@ def evaluate_due(token: str) -> None:
     """At a lease's expiry plus grace (see `alerts.expiry_schedule`): evaluate now, unless a
     newer schedule replaced this one."""
     if expiry_schedule.is_current(token):
-        evaluation.run_evaluation(wait_seconds=DUE_LOCK_WAIT_SECONDS)
+        summary = evaluation.run_evaluation(wait_seconds=DUE_LOCK_WAIT_SECONDS)
+        deadman.after_evaluation(summary, queue_deadman_ping)
+
+
+@shared_task(ignore_result=True)
+def ping_deadman(kind: str) -> None:
+    """The dead-man's switch: tell the service outside that an evaluation completed."""
+    deadman.ping(deadman.Kind(kind))
+
+
+def queue_deadman_ping(kind: deadman.Kind) -> None:
+    # A ping that waited a whole interval in the queue is stale: the next one is due instead.
+    ping_deadman.apply_async((kind.value,), expires=settings.DEADMAN_INTERVAL_SECONDS)
 
 
 @shared_task(ignore_result=True)

@@ -86,6 +86,8 @@ TASK_TIME_LIMITS: dict[str, TimeLimits | Callable[[], TimeLimits] | None] = {
     # a channel post, longer for mail) so a stopped sender's row is retried, never sent by
     # two senders at once.
     "alerts.tasks.send_notification": TimeLimits(soft=45, hard=60),
+    # One ping, bounded by DEADMAN_TIMEOUT_SECONDS (at most 30 s) in total.
+    "alerts.tasks.ping_deadman": TimeLimits(soft=40, hard=50),
 }
 # Celery's own tasks (celery.chord_unlock, ...): this app never uses them, bounded anyway.
 BUILTIN_TIME_LIMITS = TimeLimits(soft=60, hard=90)

@@ -687,3 +687,37 @@ LOGGING = {
         "axes": {"level": "WARNING"},
     },
 }
+
+# --- The dashboard watches itself: the dead-man's switch -------------------------------------
+# After a completed alert evaluation, at most every DEADMAN_INTERVAL_SECONDS, the alerts worker
+# pings DEADMAN_URL (Healthchecks.io style: https://hc-ping.com/<uuid>). When the pings stop,
+# the service outside raises the alarm that a dead dashboard cannot. Off when unset. The URL
+# holds the check's key: it is a secret (DEADMAN_URL_FILE too), never logged or shown, and
+# kept under a name Django's error reports hide (they mask names with SECRET).
+_deadman_url = env_optional("DEADMAN_URL")
+# Plain http would show the key to every hop: for a test setup only.
+DEADMAN_ALLOW_HTTP = env_bool("DEADMAN_ALLOW_HTTP", False)
+if _deadman_url:
+    # The messages never quote the URL: it is the secret.
+    try:
+        _deadman_parts = urlsplit(_deadman_url)
+        _deadman_host = _deadman_parts.hostname
+    except ValueError:
+        raise BadEnvironment("DEADMAN_URL is not a valid URL.") from None
+    if "@" in _deadman_parts.netloc or not _deadman_host:
+        raise BadEnvironment("DEADMAN_URL must name a host, without a user name or password.")
+    if _deadman_parts.scheme != "https" and not (
+        DEADMAN_ALLOW_HTTP and _deadman_parts.scheme == "http"
+    ):
+        raise BadEnvironment("DEADMAN_URL must use https:// (DEADMAN_ALLOW_HTTP allows http).")
+DEADMAN_SECRET_URL: str | None = _deadman_url
+DEADMAN_INTERVAL_SECONDS = env_int("DEADMAN_INTERVAL_SECONDS", 60, minimum=1, maximum=3600)
+# One ping's total deadline (connect, request, answer); the ping task's time limit is above it.
+DEADMAN_TIMEOUT_SECONDS = env_int("DEADMAN_TIMEOUT_SECONDS", 10, minimum=1, maximum=30)
+DEADMAN_METHOD = env_choice("DEADMAN_METHOD", "get", ("get", "post")).upper()
+# After an evaluation with rule errors: ping <DEADMAN_URL>/fail (Healthchecks' failure
+# signal) instead of staying silent until the service's grace time runs out.
+DEADMAN_PING_FAIL = env_bool("DEADMAN_PING_FAIL", False)
+# httpcore's debug lines quote every answer's headers, a redirect's Location too, which may
+# carry such a key: at LOG_LEVEL=debug they would put it in the log.
+LOGGING["loggers"]["httpcore"] = {"level": "WARNING"}

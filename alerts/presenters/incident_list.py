@@ -7,13 +7,14 @@ every time is judged against one `now` passed in by the caller.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Case, F, Value
 from django.db.models import When as CaseWhen
 from django.db.models.functions import Coalesce
 
+from alerts import deadman
 from alerts.models import (
     SEVERITY_RANK,
     EvaluatorStatus,
@@ -94,11 +95,23 @@ class IncidentRow:
 
 
 @dataclass(slots=True)
+class DeadmanInfo:
+    """The dead-man's switch's last ping, never its URL."""
+
+    last: When | None
+    ok: bool
+    # Our own words for what went wrong ("HTTP 503 Service Unavailable"), "" when it was ok.
+    problem: str
+
+
+@dataclass(slots=True)
 class EvaluatorInfo:
     last_run: When | None
     silent: bool
     last_error: str
     interval: int
+    # None while the switch is off (no DEADMAN_URL).
+    deadman: DeadmanInfo | None = None
 
 
 @dataclass(slots=True)
@@ -161,7 +174,18 @@ def evaluator_info(now: datetime) -> EvaluatorInfo:
         silent=silent,
         last_error=status.last_error if status else "",
         interval=interval,
+        deadman=deadman_info(now),
     )
+
+
+def deadman_info(now: datetime) -> DeadmanInfo | None:
+    if not deadman.enabled():
+        return None
+    ping = deadman.last_ping()
+    if ping is None:
+        return DeadmanInfo(last=None, ok=False, problem="")
+    moment = datetime.fromtimestamp(ping.at, UTC)
+    return DeadmanInfo(last=when(moment, now), ok=ping.ok, problem="" if ping.ok else ping.text)
 
 
 def incident_tables(filters: IncidentFilters, now: datetime) -> IncidentTables:

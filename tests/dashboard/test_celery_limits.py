@@ -38,6 +38,7 @@ EXPECTED_QUEUES = {
     "alerts.tasks.evaluate_due": ALERTS_QUEUE,
     "alerts.tasks.send_notification": ALERTS_QUEUE,
     "alerts.tasks.send_due_notifications": ALERTS_QUEUE,
+    "alerts.tasks.ping_deadman": ALERTS_QUEUE,
     "leases.tasks.ensure_watchers": ALERTS_QUEUE,
     "leases.tasks.watch_cluster": WATCH_QUEUE,
     "nks.tasks.poll_due_accounts": DEFAULT_QUEUE,
