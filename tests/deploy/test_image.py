@@ -74,7 +74,9 @@ def env_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     name = f"image_{secrets.token_hex(4)}"
     own_redis = urlunsplit(urlsplit(redis_url)._replace(path=f"/{IMAGE_REDIS_DB}"))
     redis.Redis.from_url(own_redis).flushdb()
-    with psycopg.connect(database_url, autocommit=True) as connection:
+    # The server's maintenance database: DATABASE_URL's own may exist only as test_<name>.
+    admin_url = urlunsplit(urlsplit(database_url)._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as connection:
         connection.execute(f'CREATE DATABASE "{name}"')
     values = {
         "DATABASE_URL": urlunsplit(urlsplit(database_url)._replace(path=f"/{name}")),
@@ -90,7 +92,7 @@ def env_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     try:
         yield path
     finally:
-        with psycopg.connect(database_url, autocommit=True) as connection:
+        with psycopg.connect(admin_url, autocommit=True) as connection:
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         redis.Redis.from_url(own_redis).flushdb()
 
