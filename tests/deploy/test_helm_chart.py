@@ -268,8 +268,25 @@ def test_the_image_is_named_in_one_place_by_tag_or_digest() -> None:
     digest = "sha256:" + "ab" * 32
     image = {"repository": "registry.example.internal/x/lease-dashboard", "digest": digest}
     assert images({"image": image}) == {f"registry.example.internal/x/lease-dashboard@{digest}"}
-    with pytest.raises(helm_python.HelmError, match=r"image.digest must start with sha256:"):
+    with pytest.raises(helm_python.HelmError, match=r"/image/digest.*does not match"):
         render({"image": {"digest": "ab" * 32}})
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"web": {"replica": 3}}, "/web"),
+        ({"workerWatch": {"concurency": 80}}, "/workerWatch"),
+        ({"networkPolicy": {"egress": {"postgress": {"to": []}}}}, "/networkPolicy/egress"),
+        ({"config": {"allowed_hosts": "x"}}, "allowed_hosts"),
+    ],
+)
+def test_a_misspelt_value_is_refused_rather_than_ignored(
+    values: dict[str, Any], where: str
+) -> None:
+    """values.schema.json: Helm checks it at install, upgrade, template and lint."""
+    with pytest.raises(helm_python.HelmError, match=where):
+        render(values)
 
 
 def test_web_serves_two_replicas_with_probes_and_a_graceful_stop() -> None:
