@@ -268,6 +268,8 @@ def test_the_image_is_named_in_one_place_by_tag_or_digest() -> None:
     digest = "sha256:" + "ab" * 32
     image = {"repository": "registry.example.internal/x/lease-dashboard", "digest": digest}
     assert images({"image": image}) == {f"registry.example.internal/x/lease-dashboard@{digest}"}
+    # `--set image.tag=2` hands the chart a number.
+    assert images({"image": {"tag": 2}}) == {"registry.example.internal/lease-dashboard:2"}
     with pytest.raises(helm_python.HelmError, match=r"/image/digest.*does not match"):
         render({"image": {"digest": "ab" * 32}})
 

@@ -43,7 +43,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repository (toString (default .Chart.AppVersion .Values.image.tag)) -}}
 {{- end -}}
 {{- end -}}
 
