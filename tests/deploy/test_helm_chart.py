@@ -251,7 +251,14 @@ def test_defaults_believe_no_forwarded_for_and_the_example_names_its_proxies() -
 
 
 @pytest.mark.parametrize(
-    "name", ["SECRET_KEY", "DATABASE_URL", "METRICS_TOKEN", "SECRETS_ENCRYPTION_KEYS_FILE"]
+    "name",
+    [
+        "SECRET_KEY",
+        "DATABASE_URL",
+        "METRICS_TOKEN",
+        "OIDC_CLIENT_SECRET",
+        "SECRETS_ENCRYPTION_KEYS_FILE",
+    ],
 )
 def test_a_secret_in_the_values_is_refused_by_name(name: str) -> None:
     with pytest.raises(helm_python.HelmError, match=f"config.{name} is a secret"):

@@ -55,7 +55,7 @@ app.kubernetes.io/component: {{ .component }}
 other object of the release exists, so the settings are written into each pod spec rather
 than read from a ConfigMap. Secrets belong in the existing Secret: their names are refused. */}}
 {{- define "lease-dashboard.env" -}}
-{{- $secrets := list "SECRET_KEY" "SECRETS_ENCRYPTION_KEYS" "DATABASE_URL" "REDIS_URL" "EMAIL_URL" "METRICS_TOKEN" "OIDC_RP_CLIENT_SECRET" -}}
+{{- $secrets := list "SECRET_KEY" "SECRETS_ENCRYPTION_KEYS" "DATABASE_URL" "REDIS_URL" "EMAIL_URL" "METRICS_TOKEN" "OIDC_CLIENT_SECRET" -}}
 {{- range $name, $value := .Values.config }}
 {{- if or (has $name $secrets) (hasSuffix "_FILE" $name) }}
 {{- fail (printf "config.%s is a secret: put it into the existing Secret, not the values" $name) }}
