@@ -49,6 +49,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import caches
 from django.db import models, transaction
 from django.db.models import Exists, OuterRef, Q
 
@@ -66,6 +67,10 @@ LOCK_NAME = "history-retention"
 # The lock outlives a run killed at its hard time limit (dashboard.celery adds 60 s to the
 # budget and a kill grace on top), so a second run never overlaps a stalled first one.
 LOCK_SLACK_SECONDS = 120
+# What /metrics reports of the runs (dashboard.metrics), kept in the shared cache: a counter
+# that restarts from 0 when the cache is emptied is still a Prometheus counter.
+DELETED_KEY = "retention:deleted:"
+LAST_RUN_KEY = "retention:last-run"
 
 
 def _later(key: str, moment: str) -> Q:
@@ -259,6 +264,14 @@ PLANS: tuple[Plan, ...] = (
 )
 
 
+# Every table a run deletes from: the plans' own and what goes with an incident.
+_TABLES = (
+    *(plan.table for plan in PLANS),
+    IncidentEvent._meta.db_table,
+    Notification.incidents.through._meta.db_table,
+)
+
+
 def _after(order: tuple[str, ...], last: tuple[Any, ...]) -> Q:
     """Rows after `last` in the keyset order (lexicographic over the fields)."""
     condition = Q()
@@ -358,6 +371,7 @@ def prune_history(now: datetime) -> PruneResult:
         return PruneResult(skipped=True)
     try:
         result = prune(now)
+        _record(result, now)
     finally:
         lock.release()
     if result.total or not result.complete:
@@ -368,3 +382,30 @@ def prune_history(now: datetime) -> PruneResult:
             "" if result.complete else "; more next run",
         )
     return result
+
+
+def _record(result: PruneResult, now: datetime) -> None:
+    """Add the run's counts to the totals /metrics reports (one run at a time: the lock)."""
+    cache = caches["default"]
+    for table in set(_TABLES) | set(result.deleted):
+        key = DELETED_KEY + table
+        cache.set(key, int(cache.get(key, 0)) + result.deleted.get(table, 0), timeout=None)
+    cache.set(LAST_RUN_KEY, {"at": now.timestamp(), "complete": result.complete}, timeout=None)
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionStats:
+    deleted: dict[str, int]  # rows deleted by every run so far, by table
+    last_run_at: float | None  # Unix time of the last run
+    last_run_complete: bool | None  # whether it left nothing old behind
+
+
+def retention_stats() -> RetentionStats:
+    tables = sorted(_TABLES)
+    found = caches["default"].get_many([DELETED_KEY + table for table in tables] + [LAST_RUN_KEY])
+    last = found.get(LAST_RUN_KEY) or {}
+    return RetentionStats(
+        deleted={table: int(found.get(DELETED_KEY + table, 0)) for table in tables},
+        last_run_at=last.get("at"),
+        last_run_complete=last.get("complete"),
+    )

@@ -9,6 +9,7 @@ model code the evaluator uses. Each simulated day ends with the beat task's own 
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -632,3 +633,29 @@ def test_retention_settings_too_short_for_their_readers_are_refused(
     result = run_django("", env=env)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+# --- /metrics ------------------------------------------------------------------------------
+
+
+def test_metrics_count_the_rows_each_table_lost_and_whether_the_last_run_finished(
+    retention_settings: Any, client: Client
+) -> None:
+    from django.core.cache import caches
+
+    caches["default"].delete_many(
+        [retention.LAST_RUN_KEY] + [retention.DELETED_KEY + table for table in retention._TABLES]
+    )
+    now = timezone.now()
+    lease = old_transitions(10, now)
+    prune_history(now)
+    LeaseTransition.objects.bulk_create(
+        LeaseTransition(lease=lease, observed_at=now - timedelta(days=20)) for _ in range(3)
+    )
+    prune_history(now)
+    text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+    assert 'dashboard_history_pruned_rows_total{table="leases_leasetransition"} 13.0' in text
+    assert 'dashboard_history_pruned_rows_total{table="alerts_incident"} 0.0' in text
+    assert "dashboard_history_prune_complete 1.0" in text
+    last_run = re.search(r"^dashboard_history_prune_last_run_timestamp_seconds (\S+)$", text, re.M)
+    assert last_run is not None and float(last_run.group(1)) == pytest.approx(now.timestamp())
