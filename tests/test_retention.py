@@ -51,8 +51,9 @@ from leases.node_ingest import NodeIngestor
 from leases.watch_coverage import Coverage
 from nks import client as nks_client
 from nks.models import EventState, HealthSample, NksCluster, NksEvent
+from nks.presenters.cluster_detail import EVENTS_SHOWN
 from nks.snapshot_store import upsert_events
-from tests.alerts.factories import make_account, make_nks_cluster
+from tests.alerts.factories import make_account, make_nks_cluster, make_nodegroup, make_resize
 from tests.conftest import run_django
 from tests.leases.factories import known_until
 
@@ -604,6 +605,36 @@ def test_a_long_gap_in_continuous_coverage_keeps_its_figures(retention_settings:
     # is the one kept.
     assert list(WatchCoverage.objects.values_list("started_at", "last_seen_at")) == [(T0, now)]
     assert list(LeaseHolderSpan.objects.values_list("holder", flat=True)) == ["pod-6"]
+
+
+# --- NKS events ----------------------------------------------------------------------------
+
+
+def test_a_quiet_cluster_keeps_its_page_of_events_and_resizes_keep_theirs(
+    retention_settings: Any,
+) -> None:
+    now = T0 + timedelta(days=100)
+    cluster = make_nks_cluster(make_account(), "quiet", uuid=str(uuid.uuid4()))
+    old = now - timedelta(days=60)
+    events = [
+        NksEvent.objects.create(
+            cluster=cluster,
+            uuid=f"quiet-{number}",
+            type="NODEGROUP_UPDATE",
+            state=EventState.SUCCESS,
+            nks_created_at=old + timedelta(hours=number),
+            first_seen_at=old + timedelta(hours=number),
+        )
+        for number in range(EVENTS_SHOWN + 5)
+    ]
+    # The oldest one is what a resize request of ours followed: what the dashboard did.
+    resize = make_resize(make_nodegroup(cluster), event=events[0])
+    result = prune(now, plans=[plan for plan in PLANS if plan.model is NksEvent])
+    assert result.deleted == {NksEvent._meta.db_table: 4}
+    kept = set(NksEvent.objects.values_list("uuid", flat=True))
+    assert kept == {event.uuid for event in events[5:]} | {"quiet-0"}
+    resize.refresh_from_db()
+    assert resize.event_id == events[0].pk
 
 
 # --- Settings ------------------------------------------------------------------------------
