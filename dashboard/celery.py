@@ -53,6 +53,16 @@ def poll_time_limits() -> TimeLimits:
     return TimeLimits(soft=soft, hard=soft + KILL_GRACE_SECONDS)
 
 
+def retention_time_limits() -> TimeLimits:
+    """History retention stops by itself at its budget (between batches); the soft limit is
+    for a batch that runs far past it. Its lock outlives the kill
+    (`dashboard.retention.LOCK_SLACK_SECONDS`)."""
+    from django.conf import settings
+
+    soft = int(settings.HISTORY_PRUNE_BUDGET_SECONDS) + 60
+    return TimeLimits(soft=soft, hard=soft + KILL_GRACE_SECONDS)
+
+
 # Seconds, per task. None: no limit, on purpose (say why beside it). A task missing here
 # gets BUILTIN_TIME_LIMITS; tests/dashboard/test_celery_limits.py insists that every task of
 # ours is listed.
@@ -76,8 +86,8 @@ TASK_TIME_LIMITS: dict[str, TimeLimits | Callable[[], TimeLimits] | None] = {
     # in flight, and `sweep_resizes` follows it up as a write whose fate is unknown.
     "nks.tasks.submit_resize": TimeLimits(soft=120, hard=150),
     "nks.tasks.follow_resize": TimeLimits(soft=60, hard=90),
-    # One bulk delete of old health samples, hourly.
-    "nks.tasks.prune_health_history": TimeLimits(soft=300, hard=360),
+    # History retention (dashboard.retention): stops itself at HISTORY_PRUNE_BUDGET_SECONDS.
+    "dashboard.tasks.prune_history": retention_time_limits,
     # Evaluation holds a lock of 30 s (alerts.evaluation.EVALUATION_LOCK_TTL): it is stopped
     # before the lock could lapse, so two evaluations never run at once.
     "alerts.tasks.evaluate_alerts": TimeLimits(soft=20, hard=28),
@@ -159,8 +169,9 @@ app.conf.beat_schedule = {
         "schedule": 15.0,
         "options": {"queue": DEFAULT_QUEUE, "expires": 15.0},
     },
-    "nks-prune-health-history": {
-        "task": "nks.tasks.prune_health_history",
+    # History retention: each run deletes for at most its budget, the next one continues.
+    "history-retention": {
+        "task": "dashboard.tasks.prune_history",
         "schedule": 3600.0,
         "options": {"queue": DEFAULT_QUEUE, "expires": 600.0},
     },

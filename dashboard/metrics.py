@@ -27,12 +27,18 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from dashboard.proxies import client_address, in_networks, parse_networks
+from dashboard.retention import retention_stats
 from dashboard.services import worker_status
 
 logger = logging.getLogger(__name__)
@@ -93,11 +99,43 @@ class DatabaseCollector(Collector, abc.ABC):
         """The series; may raise DatabaseError."""
 
 
+class RetentionCollector(Collector):
+    """History retention's runs (dashboard.retention), as the shared cache holds them."""
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            stats = retention_stats()
+        except Exception:  # the cache's errors: the rest of the scrape still answers
+            logger.exception("History retention's figures could not be read")
+            return
+        deleted = CounterMetricFamily(
+            "dashboard_history_pruned_rows",
+            "Rows deleted by history retention, by table, since the cache was last emptied.",
+            labels=["table"],
+        )
+        for table, count in stats.deleted.items():
+            deleted.add_metric([table], count)
+        yield deleted
+        if stats.last_run_at is not None:
+            yield GaugeMetricFamily(
+                "dashboard_history_prune_last_run_timestamp_seconds",
+                "When history retention last ran (Unix time).",
+                value=stats.last_run_at,
+            )
+            yield GaugeMetricFamily(
+                "dashboard_history_prune_complete",
+                "1 when the last retention run left nothing old behind; 0 when it stopped at "
+                "its budget (the next run continues).",
+                value=1 if stats.last_run_complete else 0,
+            )
+
+
 def register_collector(collector: Collector) -> None:
     REGISTRY.register(collector)
 
 
 register_collector(DashboardCollector())
+register_collector(RetentionCollector())
 
 
 def label_text(labels: Mapping[str, str]) -> str:

@@ -721,3 +721,30 @@ DEADMAN_PING_FAIL = env_bool("DEADMAN_PING_FAIL", False)
 # httpcore's debug lines quote every answer's headers, a redirect's Location too, which may
 # carry such a key: at LOG_LEVEL=debug they would put it in the log.
 LOGGING["loggers"]["httpcore"] = {"level": "WARNING"}
+
+# --- History retention ------------------------------------------------------------------------
+# History older than these is deleted by `dashboard.retention` (beat, hourly, in batches).
+# HISTORY_RETENTION_DAYS: Lease holder changes, holder spans, watch coverage, Node Ready changes
+# and NKS events. At least HISTORY_RETENTION_MIN_DAYS: availability, the strip and the recent
+# gaps read 7 days back (leases.availability.WINDOWS) and a day's slack covers the hourly run;
+# the alert rules read far less (flapping 10 min, fencing reuse 24 h by default). What tells
+# the present is kept however old: each lease's and node's latest change, the span before the
+# window, the open spans and each cluster's newest coverage row.
+HISTORY_RETENTION_MIN_DAYS = 8
+HISTORY_RETENTION_DAYS = env_int(
+    "HISTORY_RETENTION_DAYS", 30, minimum=HISTORY_RETENTION_MIN_DAYS, maximum=3660
+)
+# INCIDENT_RETENTION_DAYS: resolved incidents (counted from their resolution) with their
+# timeline and the notifications about them only. Open and pending incidents are kept, and so
+# is a resolved one while a message about it waits to be sent. At least a week and longer than
+# ALERT_RETRY_HOURS: a resolution is announced within that horizon (alerts.channels.planning).
+INCIDENT_RETENTION_DAYS = env_int(
+    "INCIDENT_RETENTION_DAYS",
+    90,
+    minimum=max(7, -(-ALERT_RETRY_HOURS // 24) + 1),
+    maximum=3660,
+)
+# Rows per DELETE, each in its own short transaction; and how long one run may delete before
+# it stops (the next run continues): a month's backlog never holds a worker or a lock long.
+HISTORY_PRUNE_BATCH = env_int("HISTORY_PRUNE_BATCH", 5000, minimum=100, maximum=50_000)
+HISTORY_PRUNE_BUDGET_SECONDS = env_int("HISTORY_PRUNE_BUDGET_SECONDS", 60, minimum=5, maximum=600)

@@ -425,7 +425,11 @@ class LeaseHolderSpan(models.Model):
 
     class Meta:
         ordering = ["started_at", "id"]
-        indexes = [models.Index(fields=["lease", "started_at"], name="holder_span_lease_time")]
+        indexes = [
+            models.Index(fields=["lease", "started_at"], name="holder_span_lease_time"),
+            # Retention finds closed spans by their end (dashboard/retention.py).
+            models.Index(fields=["ended_at"], name="holder_span_ended"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.lease_id}: {self.holder!r} {self.started_at} .. {self.ended_at}"

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.text import slugify
@@ -23,14 +21,11 @@ from leases.services import ClusterConfigError, register_kube_cluster
 from nks import client as nks
 from nks.accounts import client_for
 from nks.models import (
-    HealthSample,
     NksAccount,
     NksCluster,
 )
 
 logger = logging.getLogger(__name__)
-
-HISTORY_DELETE_BATCH = 5000
 
 # --- Accounts ----------------------------------------------------------------------------------
 
@@ -171,21 +166,3 @@ def watch_cluster_leases(cluster_id: int) -> LeaseSource:
         ) from None
     logger.info("NKS cluster %s registered as Lease source %s", cluster.name, kube_cluster.name)
     return LeaseSource(kube_cluster, created=created)
-
-
-# --- History ---------------------------------------------------------------------------------
-
-
-def prune_health_history(now: datetime) -> int:
-    """Delete health samples older than NKS_HEALTH_HISTORY_DAYS, in small batches."""
-    cutoff = now - timedelta(days=settings.NKS_HEALTH_HISTORY_DAYS)
-    deleted = 0
-    while True:
-        batch = list(
-            HealthSample.objects.filter(taken_at__lt=cutoff).values_list("pk", flat=True)[
-                :HISTORY_DELETE_BATCH
-            ]
-        )
-        if not batch:
-            return deleted
-        deleted += HealthSample.objects.filter(pk__in=batch).delete()[0]

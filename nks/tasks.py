@@ -6,8 +6,9 @@
 * ``submit_resize`` sends a resize once: it claims the request row before calling NKS.
 * ``follow_resize`` reads a resize's progress back every NKS_RESIZE_FOLLOW_SECONDS while it is
   in flight (for at most NKS_RESIZE_FOLLOW_MINUTES; the regular poll advances it after that).
-* ``sweep_resizes`` (beat) re-queues requests whose task was lost; ``prune_health_history``
-  (beat, hourly) deletes old health samples.
+* ``sweep_resizes`` (beat) re-queues requests whose task was lost.
+
+Old health samples and events are deleted by history retention (dashboard.retention).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from nks import poller, resize_progress, resizes, services
+from nks import poller, resize_progress, resizes
 from nks.models import ResizeState
 
 
@@ -53,8 +54,3 @@ def sweep_resizes() -> None:
         submit_resize.delay(request_id)
     for request_id in sweep.followed:
         follow_resize.delay(request_id)
-
-
-@shared_task(ignore_result=True)
-def prune_health_history() -> None:
-    services.prune_health_history(timezone.now())

@@ -46,7 +46,7 @@ EXPECTED_QUEUES = {
     "nks.tasks.submit_resize": DEFAULT_QUEUE,
     "nks.tasks.follow_resize": DEFAULT_QUEUE,
     "nks.tasks.sweep_resizes": DEFAULT_QUEUE,
-    "nks.tasks.prune_health_history": DEFAULT_QUEUE,
+    "dashboard.tasks.prune_history": DEFAULT_QUEUE,
     # Sent to each queue by name (beat's options); on its own, to the default one.
     "dashboard.tasks.record_worker_heartbeat": DEFAULT_QUEUE,
 }
@@ -85,7 +85,7 @@ def test_beat_sends_alerting_and_supervision_to_the_alerts_queue_and_polls_to_de
         "leases.tasks.ensure_watchers": ALERTS_QUEUE,
         "nks.tasks.poll_due_accounts": DEFAULT_QUEUE,
         "nks.tasks.sweep_resizes": DEFAULT_QUEUE,
-        "nks.tasks.prune_health_history": DEFAULT_QUEUE,
+        "dashboard.tasks.prune_history": DEFAULT_QUEUE,
         "alerts.tasks.evaluate_alerts": ALERTS_QUEUE,
         "alerts.tasks.send_due_notifications": ALERTS_QUEUE,
     }

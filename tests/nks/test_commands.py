@@ -142,7 +142,7 @@ def test_beat_dispatches_polls_and_the_poll_task_polls(nks_account: NksAccount) 
     assert {
         "nks.tasks.poll_due_accounts",
         "nks.tasks.sweep_resizes",
-        "nks.tasks.prune_health_history",
+        "dashboard.tasks.prune_history",
     } <= schedule
     # Tasks are plain functions of ids: run the one beat's dispatch queues, here.
     poll_account_task(nks_account.pk)

@@ -10,6 +10,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from dashboard.retention import PLANS, prune
 from fakes.nks import FakeNks
 from nks.health import nodegroup_of_node
 from nks.models import (
@@ -24,7 +25,6 @@ from nks.models import (
     stale_after,
 )
 from nks.poller import claim_due_accounts, poll_account, poll_lock
-from nks.services import prune_health_history
 
 pytestmark = pytest.mark.django_db
 
@@ -378,7 +378,8 @@ def test_each_due_account_is_claimed_once_per_interval(
 def test_old_health_samples_are_pruned(polled: NksAccount, settings: Any) -> None:
     old = timezone.now() - timedelta(days=settings.NKS_HEALTH_HISTORY_DAYS, seconds=1)
     HealthSample.objects.filter(cluster__name="prod-api").update(taken_at=old)
-    assert prune_health_history(timezone.now()) == 1
+    plan = [plan for plan in PLANS if plan.model is HealthSample]
+    assert prune(timezone.now(), plans=plan).deleted == {HealthSample._meta.db_table: 1}
     assert HealthSample.objects.count() == 2
 
 
