@@ -33,6 +33,7 @@ from alerts.channels.planning import TEST_GROUP, rendering_for
 from alerts.mail import build_message
 from alerts.models import AlertChannel, ChannelKind, DeliveryState, Incident, Notification
 from alerts.queries import active_silences
+from dashboard.encryption import secret_problem
 from dashboard.timefmt import iso_utc
 
 logger = logging.getLogger(__name__)
@@ -303,23 +304,19 @@ def _deliver_to_channel(
         return DeliveryState.PENDING
     folded = _fold(notification, channel, token, now, silenced)
     payload = _summary(notification, folded, channel, now) if folded else notification.payload
-    try:
-        result = channel_http.post(
-            channel.url,
-            _body(notification, channel, payload),
-            timeout=settings.ALERT_CHANNEL_TIMEOUT,
-            deadline=settings.ALERT_CHANNEL_DEADLINE_SECONDS,
-            signing_secret=channel.signing_secret if channel.kind == ChannelKind.WEBHOOK else "",
+    unreadable = secret_problem(channel.url) or (
+        secret_problem(channel.signing_secret) if channel.kind == ChannelKind.WEBHOOK else None
+    )
+    if unreadable is not None:
+        # Lost or rotated-away keys: posting to the empty URL would fail with a transport
+        # error that names nothing. Say why, and retry: the keys may come back.
+        result = channel_http.PostResult(
+            channel_http.Outcome.RETRY,
+            f"not sent: the channel's stored URL or secret cannot be read ({unreadable}); "
+            "restore the keys or enter them again in admin",
         )
-    except Exception:
-        # Not an HTTP failure (those are results): a bug. The row retries; the traceback is
-        # logged without the locals that hold the URL.
-        logger.error(
-            "alerts: unexpected error posting message %s to channel %s",
-            notification.pk,
-            channel.name,
-        )
-        result = channel_http.PostResult(channel_http.Outcome.RETRY, "unexpected error")
+    else:
+        result = _post(notification, channel, payload)
     folded_ids = [row.pk for row in folded]
     sent_at = timezone.now()
     if result.outcome == channel_http.Outcome.DELIVERED:
@@ -386,6 +383,28 @@ def _deliver_to_channel(
         iso_utc(retry_at),
     )
     return DeliveryState.PENDING
+
+
+def _post(
+    notification: Notification, channel: AlertChannel, payload: Any
+) -> channel_http.PostResult:
+    try:
+        return channel_http.post(
+            channel.url,
+            _body(notification, channel, payload),
+            timeout=settings.ALERT_CHANNEL_TIMEOUT,
+            deadline=settings.ALERT_CHANNEL_DEADLINE_SECONDS,
+            signing_secret=channel.signing_secret if channel.kind == ChannelKind.WEBHOOK else "",
+        )
+    except Exception:
+        # Not an HTTP failure (those are results): a bug. The row retries; the traceback is
+        # logged without the locals that hold the URL.
+        logger.error(
+            "alerts: unexpected error posting message %s to channel %s",
+            notification.pk,
+            channel.name,
+        )
+        return channel_http.PostResult(channel_http.Outcome.RETRY, "unexpected error")
 
 
 def _finish(notification: Notification, token: str, **fields: object) -> None:

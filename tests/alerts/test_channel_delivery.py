@@ -178,3 +178,27 @@ def test_a_channel_over_its_rate_waits_for_a_free_slot_without_counting_an_attem
     clock.advance(30)  # 60 s after the first
     assert delivery.send_due_notifications() == {"sent": 1}
     assert len(receiver.received) == 3
+
+
+def test_a_channel_whose_url_cannot_be_decrypted_says_so_and_retries(
+    receiver: ChatReceiver, settings: object
+) -> None:
+    from cryptography.fernet import Fernet
+
+    notification = plan_one(ChannelKind.WEBHOOK, receiver)
+    original_keys = list(settings.SECRETS_ENCRYPTION_KEYS)  # type: ignore[attr-defined]
+    # The keys were lost: the stored URL and signing secret read as unreadable, not as text.
+    settings.SECRETS_ENCRYPTION_KEYS = [Fernet.generate_key().decode()]  # type: ignore[attr-defined]
+
+    assert delivery.deliver_notification(notification.pk) == DeliveryState.PENDING
+    row = reload(notification)
+    assert row.last_error.startswith("not sent: the channel's stored URL or secret cannot be read")
+    assert "SECRETS_ENCRYPTION_KEYS" in row.last_error
+    assert HOOK_TOKEN not in row.last_error and SIGNING_SECRET not in row.last_error
+    assert receiver.received == [], "nothing is posted without the real URL"
+
+    # The keys come back: the retry delivers.
+    settings.SECRETS_ENCRYPTION_KEYS = original_keys  # type: ignore[attr-defined]
+    Notification.objects.filter(pk=notification.pk).update(next_attempt_at=timezone.now())
+    assert delivery.deliver_notification(notification.pk) == DeliveryState.SENT
+    assert len(receiver.received) == 1
