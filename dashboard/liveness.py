@@ -7,12 +7,15 @@ reply through the broker (so a Redis blip failed every worker's probe at once):
 
     test $(( $(date +%s) - $(stat -c %Y /tmp/celery-worker-alive) )) -lt 60
 
-* A worker touches `CELERY_LIVENESS_FILE` every 10 s (`CELERY_LIVENESS_SECONDS`) from its own timer
-  (a bootstep on the worker's blueprint). In a prefork worker that timer is driven by the
-  worker's event loop, so a loop that hangs stops touching; a lost broker does not (the
-  worker reconnects by itself, and restarting it would not bring Redis back).
+* A worker touches `CELERY_LIVENESS_FILE` every 10 s (`CELERY_LIVENESS_SECONDS`) from its own
+  timer (a bootstep on the worker's blueprint). That timer is driven by the worker's event
+  loop, so a loop that hangs stops touching. So does a worker waiting to reconnect to its
+  broker (seen in compose with Redis refusing connections: unhealthy after about a minute,
+  healthy again within 40 s of Redis answering): a probe that restarts on it restarts
+  workers during a long Redis outage, which does no harm but does not help either.
 * Beat touches `CELERY_BEAT_LIVENESS_FILE` at every tick of its scheduler: its shortest
-  entry is due every 5 s, so a beat that stopped scheduling is seen within a minute. The
+  entry is due every 5 s, so a beat that stopped scheduling (or cannot reach its broker)
+  is seen within a minute. The
   schedule file itself proves nothing: it exists from the first start on.
 
 Both settings are empty by default (`make run` needs no probe); the image sets them under
