@@ -1,6 +1,6 @@
 """The built image's entrypoints, run by a real container runtime (issue 23).
 
-Needs podman and an image built by `make image` (DASHBOARD_IMAGE, `lease-dashboard:latest`
+Needs podman and an image built by `make image` (DASHBOARD_IMAGE, `lease-dashboard:<version>`
 by default). Base images cannot be pulled on this project's machines, so a fresh machine or
 CI without the image skips, saying so; the README says how the image was checked by hand.
 Each container runs as the image says (its user, its CMD), on a read-only root with every
@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import time
+import tomllib
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-IMAGE = os.environ.get("DASHBOARD_IMAGE", "lease-dashboard:latest")
+from tests.conftest import REPO_ROOT
+
+# `make image` tags the version it labels (pyproject.toml) besides `latest`; `docker compose
+# up --build` re-tags only `latest`, without the labels, so the version's tag is what is tested.
+VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+IMAGE = os.environ.get("DASHBOARD_IMAGE", f"lease-dashboard:{VERSION}")
 PODMAN = shutil.which("podman")
 # Some sandboxes refuse the limits podman raises by default ("error setting rlimit"):
 # lower ones are always allowed, and these are far above what a process here uses.
@@ -141,7 +147,7 @@ def test_the_image_says_what_it_holds_and_runs_as_its_own_user(image: str) -> No
     config = inspect(image)
     labels = config["Config"].get("Labels") or {}
     assert labels["org.opencontainers.image.title"] == "lease-dashboard"
-    assert labels["org.opencontainers.image.version"] not in ("", "unknown")
+    assert labels["org.opencontainers.image.version"] == VERSION
     assert len(labels["org.opencontainers.image.revision"]) == 40
     assert config["Config"]["User"] == "dashboard"
     # The code is root's: the runtime user cannot change it, even with a writable root.
